@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Ansible module: set SGLang's sampling defaults in a model's generation_config.json."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_generation_config
+short_description: Merge sampling defaults into a model's generation_config.json
+description:
+  - Sets only the given sampling keys (and C(do_sample) when C(temperature) is given) and keeps every
+    other key and value. Creates the file when the model has none.
+  - Writes stable JSON (two-space indent, key order kept), so a re-run is byte-identical.
+  - Keeps the untouched original once as C(generation_config.json.orig) and a timestamped backup per change.
+  - Supports check mode and diff mode.
+options:
+  path:
+    description: Path of generation_config.json.
+    type: path
+    required: true
+  sampling:
+    description: Keys temperature, top_p, top_k, min_p, repetition_penalty; a null value leaves the key alone.
+    type: dict
+    required: true
+  allow_greedy:
+    description: Accept temperature 0.
+    type: bool
+    default: false
+  backup:
+    description: Keep a timestamped copy of the file before each change.
+    type: bool
+    default: true
+author: dsv4 deployment team
+"""
+
+RETURN = r"""
+backup_file:
+  description: The timestamped backup made by this change.
+  returned: changed and backup
+  type: str
+orig_file:
+  description: Path of the kept original.
+  returned: always
+  type: str
+applied:
+  description: The managed sampling keys after the change.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sampling_defaults import SAMPLING_KEYS, load, merge, render, validate, write_atomic
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "sampling": {"type": "dict", "required": True},
+            "allow_greedy": {"type": "bool", "default": False},
+            "backup": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    path, sampling = module.params["path"], module.params["sampling"]
+    errors = validate(sampling, module.params["allow_greedy"])
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    if not os.path.isdir(os.path.dirname(path)):
+        module.fail_json(msg=f"model directory {os.path.dirname(path)} does not exist")
+    try:
+        config, before = load(path)
+    except ValueError as error:
+        module.fail_json(msg=f"{path} is not valid JSON: {error}")
+    after = render(merge(config or {}, sampling))
+    orig = path + ".orig"
+    result = {
+        "changed": after != before,
+        "path": path,
+        "orig_file": orig,
+        "applied": {key: sampling[key] for key in SAMPLING_KEYS if sampling.get(key) is not None},
+        "diff": {"before": before or "", "after": after, "before_header": path, "after_header": path},
+    }
+    if result["changed"] and not module.check_mode:
+        if before is not None and not os.path.exists(orig):
+            write_atomic(orig, before, like=path)
+        if before is not None and module.params["backup"]:
+            result["backup_file"] = module.backup_local(path)
+        write_atomic(path, after, like=path)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""LAB TOOL: a GPU-less stand-in for the SGLang 0.5.23 server and sglang-router 0.3.2.
+
+It exists so that the units, restarts, health gates and sampling defaults of this collection can be
+tested on hosts without GPUs. It is never installed on a production inventory (the sglang_runtime
+role refuses it there). It answers on the HTTP surface the deployment depends on with SGLang's
+statuses and JSON keys, and resolves sampling parameters exactly as SGLang does; tests under
+tests/contract prove that against the real sglang package. Text comes from a seeded toy sampler.
+
+    sglang_lab_standin.py server --model-path DIR --port 30000 --sampling-defaults model ...
+    sglang_lab_standin.py router --pd-disaggregation --prefill URL [BOOTSTRAP] --decode URL ...
+
+Standard library only, so it runs on a bare Debian host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import secrets
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+VERSION = "0.5.23"
+ROUTER_VERSION = "0.3.2"
+# The five keys SGLang takes from generation_config.json (ModelConfig.get_default_sampling_params),
+# in SGLang's order, which is also the order of its startup log line.
+MODEL_SAMPLING_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+CHAT_FALLBACK = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+COMPLETION_FIELD_DEFAULTS = CHAT_FALLBACK
+UNAUTHENTICATED_PREFIXES = ("/health", "/ready", "/metrics")
+VOCAB = (
+    "the of and to in is was for on that with as by at from it an be this which or are his "
+    "model server token cache decode prefill router sample light river stone window garden "
+    "north quiet bright winter signal paper orange market silver forest engine letter morning "
+    "harbor planet circle music ladder castle candle meadow pocket rocket shadow thunder valley "
+    "whisper yellow zephyr anchor basket canyon dragon falcon glacier hollow island jungle kernel "
+    "lantern marble nebula orchard pepper quartz ribbon saddle timber umbrella velvet walnut"
+).split()
+EOS = "<eos>"
+
+log = logging.getLogger("sglang")
+
+
+# --- sampling: the part held to SGLang by the contract tests -----------------------------------
+
+
+def model_default_sampling_params(model_path: str, sampling_defaults: str) -> dict[str, Any]:
+    """What SGLang's ModelConfig.get_default_sampling_params() returns for this model directory."""
+    if sampling_defaults != "model":
+        return {}
+    path = Path(model_path) / "generation_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return {key: config[key] for key in MODEL_SAMPLING_KEYS if config.get(key) is not None}
+
+
+def resolve_chat_sampling(request: dict[str, Any], model_defaults: dict[str, Any]) -> dict[str, Any]:
+    """ChatCompletionRequest.to_sampling_params: request value, then model default, then fallback."""
+    resolved = {}
+    for key, fallback in CHAT_FALLBACK.items():
+        value = request.get(key)
+        resolved[key] = value if value is not None else model_defaults.get(key, fallback)
+    return resolved
+
+
+def resolve_completion_sampling(request: dict[str, Any]) -> dict[str, Any]:
+    """CompletionRequest: fixed field defaults; generation_config.json is never read."""
+    resolved = {}
+    for key, default in COMPLETION_FIELD_DEFAULTS.items():
+        value = request.get(key, default)
+        resolved[key] = default if value is None else value
+    return resolved
+
+
+# --- the toy language model ----------------------------------------------------------------------
+
+
+def _logits(previous: str) -> list[float]:
+    """Fixed pseudo-random next-token scores that depend only on the previous token.
+
+    Greedy decoding over a first-order table is a walk on a finite graph, so it always ends in a
+    cycle: the repetition DeepSeek shows at temperature 0. End-of-text never wins outright.
+    """
+    scores = []
+    for word in VOCAB:
+        digest = hashlib.sha256(f"{previous}\x00{word}".encode()).digest()
+        uniform = int.from_bytes(digest[:8], "big") / 2**64
+        scores.append(-1.0 * math.log(-math.log(max(uniform, 1e-12))))
+    scores.append(max(scores) - 2.5)
+    return scores
+
+
+def generate(prompt: str, params: dict[str, Any], max_tokens: int, seed: int | None) -> tuple[str, str, int]:
+    """Returns (text, finish_reason, completion_tokens)."""
+    words = VOCAB + [EOS]
+    rng = random.Random(seed if seed is not None else secrets.randbits(64))
+    previous = prompt.split()[-1] if prompt.split() else "the"
+    out: list[str] = []
+    temperature = float(params["temperature"])
+    for _ in range(max_tokens):
+        scores = _logits(previous)
+        penalty = float(params["repetition_penalty"])
+        if penalty != 1.0:
+            seen = set(out)
+            scores = [s / penalty if w in seen and s > 0 else s * penalty if w in seen else s for s, w in zip(scores, words)]
+        if temperature <= 1e-5:
+            index = max(range(len(scores)), key=scores.__getitem__)
+        else:
+            index = _sample(scores, params, temperature, rng)
+        word = words[index]
+        if word == EOS:
+            return " ".join(out), "stop", len(out) + 1
+        out.append(word)
+        previous = word
+    return " ".join(out), "length", len(out)
+
+
+def _sample(scores: list[float], params: dict[str, Any], temperature: float, rng: random.Random) -> int:
+    top = max(scores)
+    probs = [math.exp((s - top) / temperature) for s in scores]
+    total = sum(probs)
+    ranked = sorted(((p / total, i) for i, p in enumerate(probs)), reverse=True)
+    top_k = int(params["top_k"])
+    if top_k > 0:
+        ranked = ranked[:top_k]
+    min_p = float(params["min_p"])
+    if min_p > 0:
+        ranked = [(p, i) for p, i in ranked if p >= min_p * ranked[0][0]]
+    kept, mass = [], 0.0
+    for p, i in ranked:
+        kept.append((p, i))
+        mass += p
+        if mass >= float(params["top_p"]):
+            break
+    pick = rng.random() * sum(p for p, _ in kept)
+    for p, i in kept:
+        pick -= p
+        if pick <= 0:
+            return i
+    return kept[-1][1]
+
+
+# --- HTTP plumbing -------------------------------------------------------------------------------
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    app: App
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, body: Any = None, content_type: str = "application/json") -> None:
+        data = b"" if body is None else body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _authorized(self) -> bool:
+        key = self.app.api_key
+        if not key or self.path.startswith(UNAUTHENTICATED_PREFIXES):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
+
+    def _dispatch(self, method: str) -> None:
+        if not self._authorized():
+            self._send(401, {"error": "Unauthorized"})
+            return
+        path = self.path.split("?", 1)[0]
+        body = self._body() if method == "POST" else {}
+        if body is None:
+            self._send(400, {"object": "error", "message": "invalid JSON body", "type": "BadRequest", "code": 400})
+            return
+        status, payload, content_type = self.app.handle(method, path, body)
+        self._send(status, payload, content_type)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+
+Reply = tuple[int, Any, str]
+JSON = "application/json"
+
+
+def _not_found() -> Reply:
+    return 404, {"detail": "Not Found"}, JSON
+
+
+class App:
+    api_key: str | None = None
+
+    def handle(self, method: str, path: str, body: dict[str, Any]) -> Reply:
+        raise NotImplementedError
+
+
+class ServerApp(App):
+    """One SGLang server (prefill, decode or plain)."""
+
+    def __init__(self, args: argparse.Namespace, unparsed: list[str], argv: list[str]) -> None:
+        self.args = args
+        self.api_key = args.api_key
+        self.unparsed = unparsed
+        self.argv = argv
+        self.served_model_name = args.served_model_name or args.model_path
+        self.ready = False
+        self.started = time.time()
+        self.counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0, "num_requests_total": 0}
+        self.lock = threading.Lock()
+        self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults)
+        if self.model_defaults:
+            log.info("Using default chat sampling params from model generation config: %s", self.model_defaults)
+
+    def server_info(self) -> dict[str, Any]:
+        info = {key: value for key, value in vars(self.args).items() if key != "config"}
+        info.update(
+            launch_command=" ".join(["python3", "-m", "sglang.launch_server", *self.argv]),
+            lab_standin=True,
+            lab_unparsed_args=_pairs(self.unparsed),
+            startup_time=self.started,
+            internal_states=[{"last_gen_throughput": 0.0}],
+            version=VERSION,
+            frontend="python",
+        )
+        return info
+
+    def handle(self, method: str, path: str, body: dict[str, Any]) -> Reply:
+        gets = {
+            "/ready": lambda: (200 if self.ready else 503, None, JSON),
+            "/health": self._health,
+            "/health_generate": self._health,
+            "/server_info": lambda: (200, self.server_info(), JSON),
+            "/get_server_info": lambda: (200, self.server_info(), JSON),
+            "/model_info": self._model_info,
+            "/get_model_info": self._model_info,
+            "/v1/models": self._models,
+            "/metrics": self._metrics,
+        }
+        posts = {"/v1/chat/completions": self._chat, "/v1/completions": self._completion}
+        if method == "GET" and path in gets:
+            return gets[path]()
+        if method == "POST" and path in posts:
+            return posts[path](body)
+        return _not_found()
+
+    def _health(self) -> Reply:
+        return (200, None, JSON) if self.ready else (503, None, JSON)
+
+    def _model_info(self) -> Reply:
+        return 200, {
+            "model_path": self.args.model_path,
+            "served_model_name": self.served_model_name,
+            "tokenizer_path": self.args.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": self.args.reasoning_parser,
+            "tool_call_parser": self.args.tool_call_parser,
+            "disaggregation_mode": self.args.disaggregation_mode,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "deepseek_v4",
+            "architectures": ["DeepseekV4ForCausalLM"],
+        }, JSON
+
+    def _models(self) -> Reply:
+        card = {"id": self.served_model_name, "object": "model", "created": int(self.started),
+                "owned_by": "sglang", "root": self.served_model_name, "parent": None, "max_model_len": 1048576}
+        return 200, {"object": "list", "data": [card]}, JSON
+
+    def _metrics(self) -> Reply:
+        if not self.args.enable_metrics:
+            return _not_found()
+        labels = f'model_name="{self.served_model_name}"'
+        with self.lock:
+            lines = [f"sglang:{name}{{{labels}}} {value}" for name, value in self.counters.items()]
+        lines.append(f"sglang:num_running_reqs{{{labels}}} 0")
+        return 200, "\n".join(lines) + "\n", "text/plain; version=0.0.4"
+
+    def _run(self, prompt: str, params: dict[str, Any], body: dict[str, Any]) -> tuple[str, str, dict[str, int]]:
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
+        text, finish, produced = generate(prompt, params, max_tokens, body.get("seed"))
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": produced}
+        usage["total_tokens"] = usage["prompt_tokens"] + produced
+        with self.lock:
+            self.counters["num_requests_total"] += 1
+            self.counters["prompt_tokens_total"] += usage["prompt_tokens"]
+            self.counters["generation_tokens_total"] += produced
+        return text, finish, usage
+
+    def _extension(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        return {"sampling_params": params, "defaults_source": source,
+                "disaggregation_mode": self.args.disaggregation_mode, "pid": os.getpid()}
+
+    def _chat(self, body: dict[str, Any]) -> Reply:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return 400, {"object": "error", "message": "messages must be a non-empty list", "type": "BadRequest", "code": 400}, JSON
+        params = resolve_chat_sampling(body, self.model_defaults)
+        prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        text, finish, usage = self._run(prompt, params, body)
+        return 200, {
+            "id": secrets.token_hex(16), "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model") or self.served_model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": usage,
+            "sglang_lab": self._extension(params, "model generation config" if self.model_defaults else "built-in"),
+        }, JSON
+
+    def _completion(self, body: dict[str, Any]) -> Reply:
+        params = resolve_completion_sampling(body)
+        prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else ""
+        body = {"max_tokens": 16, **body}
+        text, finish, usage = self._run(prompt, params, body)
+        return 200, {
+            "id": secrets.token_hex(16), "object": "text_completion", "created": int(time.time()),
+            "model": body.get("model") or self.served_model_name,
+            "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+            "usage": usage,
+            "sglang_lab": self._extension(params, "completion field defaults"),
+        }, JSON
+
+
+class RouterApp(App):
+    """sglang_router.launch_router --pd-disaggregation: fans each request out to prefill and decode."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.worker_key = args.api_key
+        self.prefill = [entry[0] for entry in args.prefill]
+        self.decode = [entry[0] for entry in args.decode]
+
+    def _call(self, url: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        if self.worker_key:
+            request.add_header("Authorization", f"Bearer {self.worker_key}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            return error.code, None
+        except (urllib.error.URLError, OSError):
+            return 503, None
+
+    def healthy(self) -> bool:
+        return all(self._call(url + "/health")[0] == 200 for url in self.prefill + self.decode)
+
+    def handle(self, method: str, path: str, body: dict[str, Any]) -> Reply:
+        if method == "GET" and path in ("/health", "/liveness", "/readiness", "/health_generate"):
+            return (200, None, JSON) if self.healthy() else (503, None, JSON)
+        if method == "GET" and path == "/v1/models":
+            status, payload = self._call(self.decode[0] + path)
+            return status, payload, JSON
+        if method == "GET" and path == "/get_server_info":
+            return 200, {"prefill": self.prefill, "decode": self.decode, "version": ROUTER_VERSION,
+                         "lab_standin": True}, JSON
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            room = secrets.randbits(63)
+            fanned = {**body, "bootstrap_room": room}
+            # Both sides build sampling params from their own copy of the defaults; the client sees decode's.
+            self._call(self.prefill[0] + path, "POST", fanned)
+            status, payload = self._call(self.decode[0] + path, "POST", fanned)
+            return status, payload, JSON
+        return _not_found()
+
+
+def _pairs(tokens: list[str]) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    key = None
+    for token in tokens:
+        if token.startswith("--"):
+            key = token[2:].replace("-", "_")
+            pairs[key] = True
+        elif key is not None:
+            pairs[key] = token if pairs[key] is True else [*_as_list(pairs[key]), token]
+    return pairs
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# --- command lines -------------------------------------------------------------------------------
+
+
+def server_parser() -> argparse.ArgumentParser:
+    """The flags the deployment renders, with SGLang's names, defaults and choices."""
+    p = argparse.ArgumentParser(prog="sglang.launch_server (lab stand-in)", allow_abbrev=False)
+    p.add_argument("--config")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--api-key")
+    p.add_argument("--sampling-defaults", choices=["openai", "model"], default="model")
+    p.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null")
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake",
+                   choices=["mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"])
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
+    p.add_argument("--disaggregation-ib-device")
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--base-gpu-id", type=int, default=0)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--reasoning-parser")
+    p.add_argument("--tool-call-parser")
+    return p
+
+
+def router_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sglang_router.launch_router (lab stand-in)", allow_abbrev=False)
+    p.add_argument("--pd-disaggregation", action="store_true")
+    p.add_argument("--prefill", nargs="+", action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
+    p.add_argument("--decode", nargs=1, action="append", default=[], metavar="URL")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--api-key")
+    p.add_argument("--policy", default="cache_aware")
+    p.add_argument("--worker-startup-timeout-secs", type=int, default=1800)
+    p.add_argument("--prometheus-host")
+    p.add_argument("--prometheus-port", type=int)
+    return p
+
+
+def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """--config FILE: keys are flag names; flags on the command line win (as in SGLang).
+
+    The deployment writes this file as JSON, which is also YAML, so the standard library reads it.
+    """
+    known, _ = parser.parse_known_args(argv)
+    if not known.config:
+        return argv
+    options = json.loads(Path(known.config).read_text())
+    given = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+    extra: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if flag in given or value is False or value is None:
+            continue
+        extra += [flag] if value is True else [flag, str(value)]
+    return extra + argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stderr)
+    if not argv or argv[0] not in ("server", "router"):
+        print("usage: sglang_lab_standin.py {server|router} FLAGS...", file=sys.stderr)
+        return 2
+    role, flags = argv[0], argv[1:]
+    if role == "server":
+        parser = server_parser()
+        args, unparsed = parser.parse_known_args(_apply_config_file(parser, flags))
+        app: App = ServerApp(args, unparsed, flags)
+    else:
+        args = router_parser().parse_args(flags)
+        if not (args.pd_disaggregation and args.prefill and args.decode):
+            print("lab stand-in router needs --pd-disaggregation, --prefill and --decode", file=sys.stderr)
+            return 2
+        app = RouterApp(args)
+    handler = type("BoundHandler", (Handler,), {"app": app})
+    httpd = ThreadingHTTPServer((args.host, args.port), handler)
+    httpd.daemon_threads = True
+    if isinstance(app, ServerApp):
+        # Model loading takes minutes on the GPU host; the lab keeps a short, visible 503 window.
+        delay = float(os.environ.get("SGLANG_LAB_STARTUP_SECONDS", "1"))
+        threading.Thread(target=_become_ready, args=(app, delay), daemon=True).start()
+    else:
+        log.info("lab stand-in router on %s:%s, prefill %s, decode %s", args.host, args.port, app.prefill, app.decode)
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _become_ready(app: ServerApp, delay: float) -> None:
+    time.sleep(delay)
+    app.ready = True
+    log.info("The server is fired up and ready to roll!")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

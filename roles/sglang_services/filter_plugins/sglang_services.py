@@ -1,0 +1,160 @@
+"""Filters that turn the one topology variable into unit specifications.
+
+`sglang_topology_errors` lists what is wrong with a topology (each message names the variable);
+`sglang_unit_specs` builds, per service, the command line, environment and placement that the single
+unit template renders. Both are plain functions, tested in tests/test_filters.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VAR = "sglang_services_topology"
+SERVER_MODES = ("prefill", "decode")
+MODES = (*SERVER_MODES, "router")
+TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
+PORT_KEYS = ("port", "bootstrap_port", "metrics_port")
+UNIT_PREFIX = "sglang-dsv4-"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") -> list[str]:
+    """Everything wrong with a topology, as messages that name the variable and the value."""
+    if not isinstance(topology, dict) or not topology:
+        return [f"{VAR} must be a mapping of service name to settings, got {topology!r}"]
+    errors: list[str] = []
+    if transfer_backend not in TRANSFER_BACKENDS:
+        errors.append(
+            f"sglang_services_transfer_backend={transfer_backend!r} is not one of {', '.join(TRANSFER_BACKENDS)}"
+        )
+    modes = [svc.get("mode") if isinstance(svc, dict) else None for svc in topology.values()]
+    for mode in MODES:
+        if modes.count(mode) != 1:
+            errors.append(f"{VAR} must have exactly one service with mode {mode}, found {modes.count(mode)}")
+    gpu_owner: dict[int, str] = {}
+    port_owner: dict[int, str] = {}
+    for name, svc in topology.items():
+        where = f"{VAR}.{name}"
+        if not isinstance(name, str) or not name.replace("-", "").isalnum() or not name.islower():
+            errors.append(f"{VAR} service name {name!r} must be lower-case letters, digits and dashes")
+        if not isinstance(svc, dict):
+            errors.append(f"{where} must be a mapping, got {svc!r}")
+            continue
+        mode = svc.get("mode")
+        if mode not in MODES:
+            errors.append(f"{where}.mode={mode!r} is not one of {', '.join(MODES)}")
+        for key in PORT_KEYS:
+            port = svc.get(key)
+            if port is None:
+                if key == "port" or (key == "bootstrap_port" and mode == "prefill"):
+                    errors.append(f"{where}.{key} is required")
+                continue
+            if not _is_int(port) or not 1 <= port <= 65535:
+                errors.append(f"{where}.{key}={port!r} must be a port number (1-65535)")
+            elif port in port_owner:
+                errors.append(f"{where}.{key}={port} is already used by {port_owner[port]}")
+            else:
+                port_owner[port] = f"{where}.{key}"
+        flags = svc.get("extra_flags", [])
+        if not isinstance(flags, list) or not all(isinstance(flag, (str, int, float)) for flag in flags):
+            errors.append(f"{where}.extra_flags={flags!r} must be a list of strings")
+        if mode not in SERVER_MODES:
+            continue
+        gpu_ids = svc.get("gpu_ids")
+        if not isinstance(gpu_ids, list) or not gpu_ids or not all(_is_int(g) and g >= 0 for g in gpu_ids):
+            errors.append(f"{where}.gpu_ids={gpu_ids!r} must be a non-empty list of GPU indices")
+        else:
+            for gpu in gpu_ids:
+                if gpu in gpu_owner:
+                    errors.append(f"{where}.gpu_ids: GPU {gpu} is already given to {gpu_owner[gpu]}")
+                gpu_owner[gpu] = where
+        numa = svc.get("numa_node")
+        if numa is not None and (not _is_int(numa) or numa < 0):
+            errors.append(f"{where}.numa_node={numa!r} must be a NUMA node number or null")
+    return errors
+
+
+def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    argv = [
+        *settings["launcher"]["server"],
+        "--model-path", settings["model_path"],
+        "--served-model-name", settings["served_model_name"],
+        "--host", "127.0.0.1",
+        "--port", svc["port"],
+        "--tp-size", len(svc["gpu_ids"]),
+        # The sampling-defaults switch: without "model", generation_config.json is ignored.
+        "--sampling-defaults", settings["sampling_defaults"],
+        "--disaggregation-mode", svc["mode"],
+        "--disaggregation-transfer-backend", settings["transfer_backend"],
+    ]
+    if svc["mode"] == "prefill":
+        argv += ["--disaggregation-bootstrap-port", svc["bootstrap_port"]]
+    if settings.get("ib_device"):
+        argv += ["--disaggregation-ib-device", settings["ib_device"]]
+    if settings.get("config_file"):
+        argv += ["--config", settings["config_file"]]
+    argv += ["--kv-cache-dtype", settings["kv_cache_dtype"], "--enable-metrics"]
+    return argv + list(settings.get("server_flags", [])) + list(svc.get("extra_flags", []))
+
+
+def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    by_mode = {s["mode"]: s for s in topology.values()}
+    prefill, decode = by_mode["prefill"], by_mode["decode"]
+    argv = [
+        *settings["launcher"]["router"],
+        "--pd-disaggregation",
+        "--prefill", f"http://127.0.0.1:{prefill['port']}", prefill["bootstrap_port"],
+        "--decode", f"http://127.0.0.1:{decode['port']}",
+        "--host", svc.get("host", "127.0.0.1"),
+        "--port", svc["port"],
+    ]
+    if svc.get("metrics_port"):
+        argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", svc["metrics_port"]]
+    return argv + list(svc.get("extra_flags", []))
+
+
+def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """One spec per service, servers first, in the shape the unit template reads."""
+    specs = []
+    for name, svc in sorted(topology.items(), key=lambda item: MODES.index(item[1]["mode"])):
+        server = svc["mode"] in SERVER_MODES
+        environment = dict(settings.get("environment", {}))
+        if server:
+            environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in svc["gpu_ids"])
+        argv = _server_argv(svc, settings) if server else _router_argv(svc, topology, settings)
+        specs.append({
+            "key": name,
+            "name": f"{UNIT_PREFIX}{name}",
+            "mode": svc["mode"],
+            "group": "servers" if server else "router",
+            "argv": [str(arg) for arg in argv],
+            "environment": {key: str(value) for key, value in sorted(environment.items())},
+            "gpu_ids": list(svc.get("gpu_ids", [])),
+            "numa_node": svc.get("numa_node"),
+            "port": svc["port"],
+            "health_url": f"http://127.0.0.1:{svc['port']}/health",
+        })
+    return specs
+
+
+def sglang_systemd_argv(argv: list[str]) -> str:
+    """Quote an argv for an Exec= line (systemd's own rules: double quotes, % doubled)."""
+    out = []
+    for arg in argv:
+        text = str(arg).replace("%", "%%")
+        if not text or any(ch in text for ch in " \t\"'\\;$"):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
+        out.append(text)
+    return " ".join(out)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sglang_topology_errors": sglang_topology_errors,
+            "sglang_unit_specs": sglang_unit_specs,
+            "sglang_systemd_argv": sglang_systemd_argv,
+        }

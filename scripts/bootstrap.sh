@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything the controller needs on a fresh Debian 12 machine: the lab's Debian packages
+# and a venv with the pinned controller tools. Safe to re-run; does nothing when all is in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(debootstrap systemd-container openssh-client python3-venv)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  echo "$want" >"$stamp"
+fi
