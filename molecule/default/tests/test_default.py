@@ -1,0 +1,125 @@
+"""The rendered and running state of one lab host after `deploy.yml` (molecule verify)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+PLANTED = json.loads((ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text())
+MODEL = "/srv/models/DeepSeek-V4-Flash"
+GENCONFIG = f"{MODEL}/generation_config.json"
+SERVERS = ("prefill", "decode")
+UNITS = ("prefill", "decode", "router")
+
+
+def journal(host, unit: str) -> str:
+    return host.run(f"journalctl --no-pager -n 40 -u sglang-dsv4-{unit}.service").stdout
+
+
+def test_pid1_is_systemd_and_sshd_runs(host):
+    assert host.process.get(pid=1).comm == "systemd"
+    assert host.service("ssh").is_running
+    assert host.run("systemctl is-system-running").stdout.strip() in ("running", "degraded")
+
+
+def test_generation_config_has_the_defaults_and_keeps_everything_else(host):
+    merged = json.loads(host.file(GENCONFIG).content_string)
+    assert merged["temperature"] == 0.6
+    assert merged["top_p"] == 0.95
+    assert merged["do_sample"] is True
+    untouched = {k: v for k, v in PLANTED.items() if k != "do_sample"}
+    assert {k: merged[k] for k in untouched} == untouched
+    assert set(merged) == set(PLANTED) | {"temperature", "top_p"}
+
+
+def test_original_is_kept_unchanged(host):
+    orig = host.file(GENCONFIG + ".orig")
+    assert orig.exists
+    assert json.loads(orig.content_string) == PLANTED
+    assert orig.content_string == (ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text()
+
+
+def test_generation_config_owner_and_mode(host):
+    f = host.file(GENCONFIG)
+    assert (f.user, f.group, f.mode) == ("root", "root", 0o644)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_unit_is_loaded_enabled_active_and_runs_as_service_user(host, unit):
+    service = host.service(f"sglang-dsv4-{unit}")
+    props = service.systemd_properties
+    assert props["LoadState"] == "loaded"
+    assert service.is_enabled
+    assert service.is_running, journal(host, unit)
+    assert props["User"] == "sglang"
+    pid = int(props["MainPID"])
+    assert host.process.get(pid=pid).user == "sglang"
+
+
+@pytest.mark.parametrize("unit", SERVERS)
+def test_server_command_line_has_the_pd_and_sampling_flags(host, unit):
+    exec_start = host.service(f"sglang-dsv4-{unit}").systemd_properties["ExecStart"]
+    for flag in (
+        "--sampling-defaults model",
+        f"--disaggregation-mode {unit}",
+        "--disaggregation-transfer-backend mooncake",
+        "--host 127.0.0.1",
+        "--kv-cache-dtype fp8_e4m3",
+        "--enable-metrics",
+        "--tp-size 4",
+        f"--model-path {MODEL}",
+    ):
+        assert flag in exec_start
+    assert ("--disaggregation-bootstrap-port" in exec_start) == (unit == "prefill")
+
+
+@pytest.mark.parametrize("unit,gpus", [("prefill", "0,1,2,3"), ("decode", "4,5,6,7")])
+def test_server_gpu_split_and_numa_binding(host, unit, gpus):
+    env = host.file(f"/etc/sglang-dsv4/{unit}.env")
+    assert f"CUDA_VISIBLE_DEVICES={gpus}" in env.content_string
+    assert (env.user, env.mode) == ("root", 0o644)
+    props = host.service(f"sglang-dsv4-{unit}").systemd_properties
+    assert props["NUMAPolicy"] == "bind"
+    assert props["NUMAMask"] == "0"
+    assert props["PartOf"] == "sglang-dsv4.target"
+
+
+def test_router_fronts_prefill_and_decode_and_survives_server_restarts(host):
+    props = host.service("sglang-dsv4-router").systemd_properties
+    assert "--pd-disaggregation" in props["ExecStart"]
+    assert "--prefill http://127.0.0.1:32011 32013" in props["ExecStart"]
+    assert "--decode http://127.0.0.1:32012" in props["ExecStart"]
+    assert "PartOf" not in props or props["PartOf"] == ""
+    assert props["StopPropagatedFrom"] == "sglang-dsv4.target"
+
+
+def test_target_groups_the_services(host):
+    target = host.service("sglang-dsv4.target")
+    assert target.is_enabled
+    assert target.is_running
+    wants = target.systemd_properties["Wants"].split()
+    assert {f"sglang-dsv4-{u}.service" for u in UNITS} <= set(wants)
+
+
+@pytest.mark.parametrize("name", [f"sglang-dsv4-{u}.service" for u in UNITS] + ["sglang-dsv4.target"])
+def test_unit_files_are_root_owned_and_managed(host, name):
+    unit = host.file(f"/etc/systemd/system/{name}")
+    assert (unit.user, unit.group, unit.mode) == ("root", "root", 0o644)
+    assert unit.content_string.startswith("#\n# Ansible managed")
+
+
+@pytest.mark.parametrize("unit", SERVERS)
+def test_servers_listen_on_loopback_only(host, unit):
+    port = {"prefill": 32011, "decode": 32012}[unit]
+    assert host.socket(f"tcp://127.0.0.1:{port}").is_listening
+    assert not host.socket(f"tcp://0.0.0.0:{port}").is_listening
+
+
+@pytest.mark.parametrize("unit", SERVERS)
+def test_servers_logged_the_defaults_at_start(host, unit):
+    assert "Using default chat sampling params from model generation config: {'temperature': 0.6, 'top_p': 0.95}" in journal(
+        host, unit
+    )
