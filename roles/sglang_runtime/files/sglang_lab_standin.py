@@ -68,6 +68,11 @@ def model_default_sampling_params(model_path: str, sampling_defaults: str) -> di
     return {key: config[key] for key in MODEL_SAMPLING_KEYS if config.get(key) is not None}
 
 
+def startup_line(model_defaults: dict[str, Any]) -> str:
+    """The line SGLang's chat serving layer logs once when the model's defaults are non-empty."""
+    return f"Using default chat sampling params from model generation config: {model_defaults}"
+
+
 def resolve_chat_sampling(request: dict[str, Any], model_defaults: dict[str, Any]) -> dict[str, Any]:
     """ChatCompletionRequest.to_sampling_params: request value, then model default, then fallback."""
     resolved = {}
@@ -78,11 +83,16 @@ def resolve_chat_sampling(request: dict[str, Any], model_defaults: dict[str, Any
 
 
 def resolve_completion_sampling(request: dict[str, Any]) -> dict[str, Any]:
-    """CompletionRequest: fixed field defaults; generation_config.json is never read."""
+    """CompletionRequest: fixed field defaults; generation_config.json is never read.
+
+    The fields are plain numbers there, so an explicit null is a validation error (HTTP 400).
+    """
     resolved = {}
     for key, default in COMPLETION_FIELD_DEFAULTS.items():
         value = request.get(key, default)
-        resolved[key] = default if value is None else value
+        if value is None:
+            raise ValueError(f"{key}: Input should be a valid number")
+        resolved[key] = value
     return resolved
 
 
@@ -236,7 +246,7 @@ class ServerApp(App):
         self.lock = threading.Lock()
         self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults)
         if self.model_defaults:
-            log.info("Using default chat sampling params from model generation config: %s", self.model_defaults)
+            log.info("%s", startup_line(self.model_defaults))
 
     def server_info(self) -> dict[str, Any]:
         info = {key: value for key, value in vars(self.args).items() if key != "config"}
@@ -336,7 +346,10 @@ class ServerApp(App):
         }, JSON
 
     def _completion(self, body: dict[str, Any]) -> Reply:
-        params = resolve_completion_sampling(body)
+        try:
+            params = resolve_completion_sampling(body)
+        except ValueError as error:
+            return 400, {"object": "error", "message": str(error), "type": "BadRequest", "code": 400}, JSON
         prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else ""
         body = {"max_tokens": 16, **body}
         text, finish, usage = self._run(prompt, params, body)

@@ -1,0 +1,77 @@
+"""Fixtures for holding the rendered units and the lab stand-in to the real SGLang 0.5.23."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+LAUNCHERS = (
+    ("-m", "sglang.launch_server"),
+    ("-m", "sglang_router.launch_router"),
+    ("sglang_lab_standin.py", "server"),
+    ("sglang_lab_standin.py", "router"),
+)
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> str:
+    """The contract venv's python (created and cached by scripts/sglang-contract-venv.sh)."""
+    given = os.environ.get("SGLANG_CONTRACT_PYTHON")
+    if given:
+        return given
+    out = subprocess.run([str(ROOT / "scripts/sglang-contract-venv.sh")], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def ask_sglang(sglang_python: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        out = subprocess.run(
+            [sglang_python, str(HERE / "sglang_oracle.py")],
+            input=json.dumps(request), capture_output=True, text=True, check=False, timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout)
+
+    return ask
+
+
+def exec_start_argv(unit_file: Path) -> list[str]:
+    """The ExecStart= command line of a unit file, split as systemd would."""
+    line = next(x for x in unit_file.read_text().splitlines() if x.startswith("ExecStart="))
+    return [word.replace("%%", "%") for word in shlex.split(line.removeprefix("ExecStart="))]
+
+
+def flags_after_launcher(argv: list[str]) -> list[str]:
+    for first, second in LAUNCHERS:
+        for i in range(len(argv) - 1):
+            if argv[i].endswith(first) and argv[i + 1] == second:
+                return argv[i + 2 :]
+    raise AssertionError(f"no known launcher in {argv}")
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Units rendered by the roles for the production host and for a lab host: {host: folder}."""
+    out = tmp_path_factory.mktemp("rendered")
+    runs = {
+        "dsv4-gpu-01": ["-i", "inventories/production", "-l", "dsv4-gpu-01"],
+        "lab-render": ["-i", "inventories/lab", "-i", str(HERE / "lab-render-hosts.yml"), "-l", "lab-render"],
+    }
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    for host, inventory in runs.items():
+        result = subprocess.run(
+            [playbook, *inventory, str(HERE / "render_units.yml"), "-e", f"render_dir={out}"],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return {host: out / host for host in runs}

@@ -1,0 +1,173 @@
+"""The rendered command lines and the lab stand-in, held to the real sglang 0.5.23 / sglang-router 0.3.2."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ROOT, exec_start_argv, flags_after_launcher
+
+sys.path.insert(0, str(ROOT / "roles/sglang_runtime/files"))
+import sglang_lab_standin as standin  # noqa: E402
+
+HOSTS = ("dsv4-gpu-01", "lab-render")
+SERVERS = ("prefill", "decode")
+
+
+def _server_flags(rendered: dict[str, Path], host: str, unit: str) -> list[str]:
+    return flags_after_launcher(exec_start_argv(rendered[host] / f"sglang-dsv4-{unit}.service"))
+
+
+def _flag_names(flags: list[str]) -> list[str]:
+    return [token.split("=", 1)[0] for token in flags if token.startswith("--")]
+
+
+@pytest.fixture(scope="module")
+def parsed(rendered: dict[str, Path], ask_sglang: Any) -> dict[str, Any]:
+    servers = [_server_flags(rendered, host, unit) for host in HOSTS for unit in SERVERS]
+    routers = [flags_after_launcher(exec_start_argv(rendered[host] / "sglang-dsv4-router.service")) for host in HOSTS]
+    wrong_servers = [
+        servers[0] + ["--generation-config", "/tmp/gc.json"],  # a vLLM flag SGLang does not have
+        [f if f != "model" else "greedy" for f in servers[0]],  # --sampling-defaults greedy
+        [f if f != "mooncake" else "carrier-pigeon" for f in servers[0]],
+        servers[0] + ["--enable-ep-moe"],  # removed before 0.5.23
+        [f if f != "--sampling-defaults" else "--sampling-default" for f in servers[0]],  # abbreviation
+    ]
+    wrong_routers = [routers[0] + ["--prefill-url", "http://127.0.0.1:1"], routers[0] + ["--policy", "fastest"]]
+    answer = ask_sglang({"server_argvs": servers + wrong_servers, "router_argvs": routers + wrong_routers})
+    return {"servers": servers, "routers": routers, "answer": answer, "n_servers": len(servers), "n_routers": len(routers)}
+
+
+@pytest.mark.parametrize("index", range(len(HOSTS) * len(SERVERS)))
+def test_rendered_server_command_line_parses_with_exact_flag_names(parsed: dict[str, Any], index: int) -> None:
+    host, unit = list(itertools.product(HOSTS, SERVERS))[index]
+    result = parsed["answer"]["server"]["results"][index]
+    assert result["ok"], result["error"]
+    options = set(parsed["answer"]["server"]["options"])
+    assert set(_flag_names(parsed["servers"][index])) <= options
+    values = result["values"]
+    assert values["sampling_defaults"] == "model"
+    assert values["disaggregation_mode"] == unit
+    assert values["host"] == "127.0.0.1"
+    assert values["tp_size"] == 4
+    assert values["kv_cache_dtype"] == "fp8_e4m3"
+    assert values["enable_metrics"] is True
+    expected_port = {"dsv4-gpu-01": {"prefill": 30000, "decode": 30001}, "lab-render": {"prefill": 31011, "decode": 31012}}
+    assert values["port"] == expected_port[host][unit]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTS)))
+def test_rendered_router_command_line_parses(parsed: dict[str, Any], index: int) -> None:
+    result = parsed["answer"]["router"]["results"][index]
+    assert result["ok"], result["error"]
+    assert set(_flag_names(parsed["routers"][index])) <= set(parsed["answer"]["router"]["options"])
+    values = result["values"]
+    assert values["pd_disaggregation"] is True
+    prefill_port, bootstrap, decode_port = {"dsv4-gpu-01": (30000, 8998, 30001), "lab-render": (31011, 31013, 31012)}[
+        HOSTS[index]
+    ]
+    assert values["prefill_urls"] == [[f"http://127.0.0.1:{prefill_port}", bootstrap]]
+    assert values["decode_urls"] == [f"http://127.0.0.1:{decode_port}"]
+
+
+@pytest.mark.parametrize("offset", range(5))
+def test_wrong_server_flag_or_value_is_refused(parsed: dict[str, Any], offset: int) -> None:
+    result = parsed["answer"]["server"]["results"][parsed["n_servers"] + offset]
+    if offset == 4:
+        # argparse takes the abbreviation, so only the comparison with the parser's own names catches it.
+        assert result["ok"]
+        assert "--sampling-default" not in set(parsed["answer"]["server"]["options"])
+    else:
+        assert not result["ok"]
+        assert result["status"] == 2
+
+
+@pytest.mark.parametrize("offset", range(2))
+def test_wrong_router_flag_or_value_is_refused(parsed: dict[str, Any], offset: int) -> None:
+    result = parsed["answer"]["router"]["results"][parsed["n_routers"] + offset]
+    assert not result["ok"]
+    assert result["status"] == 2
+
+
+def test_standin_flags_exist_in_real_sglang_with_the_same_defaults(parsed: dict[str, Any]) -> None:
+    real = set(parsed["answer"]["server"]["options"])
+    for action in standin.server_parser()._actions:
+        for option in action.option_strings:
+            if option not in ("-h", "--help"):
+                assert option in real, option
+    real_router = set(parsed["answer"]["router"]["options"])
+    for action in standin.router_parser()._actions:
+        for option in action.option_strings:
+            if option not in ("-h", "--help"):
+                assert option in real_router, option
+
+
+# --- sampling: generation_config.json x request body x --sampling-defaults ------------------------
+
+GENERATION_CONFIGS: dict[str, dict[str, Any] | None] = {
+    "project defaults": {"temperature": 0.6, "top_p": 0.95},
+    "deepseek upstream, no sampling keys": json.loads(
+        (ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text()
+    ),
+    "all five": {"temperature": 0.3, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1},
+    "null values": {"temperature": None, "top_p": 0.9, "top_k": None, "do_sample": True},
+    "greedy in file": {"temperature": 0.0, "top_p": 1.0, "do_sample": False},
+    "integers": {"temperature": 1, "top_k": 40, "do_sample": True},
+    "empty": {},
+    "no file": None,
+}
+REQUESTS: dict[str, dict[str, Any]] = {
+    "omitted": {},
+    "temperature 0": {"temperature": 0},
+    "temperature 0.9": {"temperature": 0.9},
+    "temperature null": {"temperature": None},
+    "top_p only": {"top_p": 0.5},
+    "top_k and min_p": {"top_k": 10, "min_p": 0.1},
+    "penalty and hot": {"repetition_penalty": 1.2, "temperature": 1.5},
+}
+TABLE = list(itertools.product(GENERATION_CONFIGS, REQUESTS, ("model", "openai")))
+
+
+@pytest.fixture(scope="module")
+def sglang_chat(ask_sglang: Any) -> list[dict[str, Any]]:
+    cases = [{"generation_config": GENERATION_CONFIGS[g], "request": REQUESTS[r], "sampling_defaults": s} for g, r, s in TABLE]
+    return ask_sglang({"chat": cases})["chat"]
+
+
+def _standin_defaults(tmp_path: Path, config: dict[str, Any] | None, sampling_defaults: str) -> dict[str, Any]:
+    if config is not None:
+        (tmp_path / "generation_config.json").write_text(json.dumps(config))
+    return standin.model_default_sampling_params(str(tmp_path), sampling_defaults)
+
+
+@pytest.mark.parametrize("case", TABLE, ids=[" / ".join(c) for c in TABLE])
+def test_chat_sampling_resolution_matches_sglang(tmp_path: Path, sglang_chat: list[dict[str, Any]], case: tuple) -> None:
+    config_name, request_name, sampling_defaults = case
+    real = sglang_chat[TABLE.index(case)]
+    defaults = _standin_defaults(tmp_path, GENERATION_CONFIGS[config_name], sampling_defaults)
+    assert defaults == real["defaults"]
+    assert (standin.startup_line(defaults) if defaults else None) == real["log_line"]
+    assert standin.resolve_chat_sampling(REQUESTS[request_name], defaults) == real["resolved"]
+
+
+def test_table_covers_the_cases_the_issue_names() -> None:
+    assert len(TABLE) >= 100
+    assert {"no file", "null values"} <= set(GENERATION_CONFIGS)
+    assert {"omitted", "temperature 0", "temperature 0.9", "top_p only"} <= set(REQUESTS)
+
+
+def test_completions_never_use_the_model_defaults(ask_sglang: Any) -> None:
+    bodies = list(REQUESTS.values())
+    real = ask_sglang({"completion": bodies})["completion"]
+    for body, answer in zip(bodies, real, strict=True):
+        if "error" in answer:
+            with pytest.raises(ValueError):
+                standin.resolve_completion_sampling(body)
+        else:
+            assert standin.resolve_completion_sampling(body) == answer
+    assert sum("error" in answer for answer in real) == 1  # only the explicit null is refused
