@@ -22,3 +22,8 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   .venv/bin/pip install -q -r requirements.txt
   echo "$want" >"$stamp"
 fi
+
+# Roles refer to the collection's plugins by fully qualified name (dsv4.sglang.*), so that they run the
+# same from this checkout and from an installed collection; this link makes the checkout that collection.
+mkdir -p .collections/ansible_collections/dsv4
+ln -sfn ../../.. .collections/ansible_collections/dsv4/sglang

@@ -1,0 +1,199 @@
+"""The lab stand-in as a process: its HTTP surface, API key, startup line, sampling and router."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+STANDIN = Path(__file__).resolve().parents[1] / "files/sglang_lab_standin.py"
+sys.path.insert(0, str(STANDIN.parent))
+import sglang_lab_standin as standin  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(url: str, body: dict | None = None, key: str | None = None) -> tuple[int, object]:
+    request = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode())
+    request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            ctype = response.headers.get("Content-Type", "")
+            return response.status, json.loads(raw) if raw and "json" in ctype else raw.decode()
+    except urllib.error.HTTPError as error:
+        return error.code, None
+
+
+def wait_status(url: str, status: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if call(url)[0] == status:
+                return
+        except OSError:  # not listening yet
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} never answered {status}")
+
+
+class Proc:
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.popen = subprocess.Popen(
+            [sys.executable, str(STANDIN), *args], stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "SGLANG_LAB_STARTUP_SECONDS": "0.3", **(env or {})},
+        )
+
+    def stop(self) -> str:
+        self.popen.terminate()
+        return self.popen.communicate(timeout=10)[1]
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "eos_token_id": 1}))
+    return tmp_path
+
+
+@pytest.fixture
+def stack(model: Path):
+    ports = {name: free_port() for name in ("prefill", "decode", "router", "bootstrap")}
+    common = ["--model-path", str(model), "--sampling-defaults", "model", "--enable-metrics", "--served-model-name", "dsv4"]
+    prefill = Proc("server", *common, "--port", str(ports["prefill"]), "--disaggregation-mode", "prefill",
+                   "--disaggregation-bootstrap-port", str(ports["bootstrap"]), "--mem-fraction-static", "0.8")
+    decode = Proc("server", *common, "--port", str(ports["decode"]), "--disaggregation-mode", "decode")
+    router = Proc("router", "--pd-disaggregation", "--prefill", f"http://127.0.0.1:{ports['prefill']}",
+                  str(ports["bootstrap"]), "--decode", f"http://127.0.0.1:{ports['decode']}", "--port", str(ports["router"]))
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    procs = {"prefill": prefill, "decode": decode, "router": router}
+    yield urls, procs
+    for proc in procs.values():
+        if proc.popen.poll() is None:
+            proc.stop()
+
+
+def chat(url: str, **extra) -> dict:
+    status, body = call(url + "/v1/chat/completions",
+                        {"model": "dsv4", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 48, **extra})
+    assert status == 200
+    return body
+
+
+def test_health_is_503_while_loading_then_200(model):
+    port = free_port()
+    proc = Proc("server", "--model-path", str(model), "--port", str(port), env={"SGLANG_LAB_STARTUP_SECONDS": "2"})
+    try:
+        wait_status(f"http://127.0.0.1:{port}/health", 503)
+        assert call(f"http://127.0.0.1:{port}/ready")[0] == 503
+        wait_status(f"http://127.0.0.1:{port}/health", 200)
+    finally:
+        proc.stop()
+
+
+def test_servers_log_like_sglang_and_router_waits_for_both(stack):
+    urls, procs = stack
+    wait_status(urls["router"] + "/health", 200)
+    for url in (urls["prefill"], urls["decode"]):
+        assert call(url + "/ready")[0] == 200
+        assert call(url + "/health_generate")[0] == 200
+    log = procs["prefill"].stop()
+    assert "Using default chat sampling params from model generation config: {'temperature': 0.6, 'top_p': 0.95}" in log
+    assert "The server is fired up and ready to roll!" in log
+
+
+def test_info_endpoints_have_sglang_keys(stack):
+    urls, _ = stack
+    wait_status(urls["prefill"] + "/health", 200)
+    for path in ("/server_info", "/get_server_info"):
+        status, info = call(urls["prefill"] + path)
+        assert status == 200
+        assert info["sampling_defaults"] == "model" and info["disaggregation_mode"] == "prefill"
+        assert info["version"] == "0.5.23" and info["tp_size"] == 1
+        assert info["lab_unparsed_args"] == {"mem_fraction_static": "0.8"}
+    _, model_info = call(urls["prefill"] + "/model_info")
+    assert {"model_path", "served_model_name", "preferred_sampling_params", "disaggregation_mode"} <= set(model_info)
+    _, models = call(urls["decode"] + "/v1/models")
+    assert models["object"] == "list" and models["data"][0]["id"] == "dsv4"
+    status, metrics = call(urls["decode"] + "/metrics")
+    assert status == 200 and "sglang:num_requests_total" in metrics
+
+
+def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
+    urls, _ = stack
+    wait_status(urls["router"] + "/health", 200)
+    answers = [chat(urls["router"]) for _ in range(4)]
+    for answer in answers:
+        assert answer["sglang_lab"]["sampling_params"] == {
+            "temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0
+        }
+        assert answer["sglang_lab"]["disaggregation_mode"] == "decode"
+    assert len({a["choices"][0]["message"]["content"] for a in answers}) > 1
+
+
+def test_greedy_is_deterministic_and_repetitive(stack):
+    urls, _ = stack
+    wait_status(urls["decode"] + "/health", 200)
+    first, second = (chat(urls["decode"], temperature=0, max_tokens=64) for _ in range(2))
+    text = first["choices"][0]["message"]["content"]
+    assert text == second["choices"][0]["message"]["content"]
+    words = text.split()
+    grams = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+    assert 1 - len(set(grams)) / len(grams) > 0.5
+
+
+def test_completions_use_fixed_defaults(stack):
+    urls, _ = stack
+    wait_status(urls["decode"] + "/health", 200)
+    status, body = call(urls["decode"] + "/v1/completions", {"model": "dsv4", "prompt": "hello"})
+    assert status == 200
+    assert body["sglang_lab"]["sampling_params"]["temperature"] == 1.0
+    assert call(urls["decode"] + "/v1/completions", {"prompt": "x", "temperature": None})[0] == 400
+
+
+def test_router_is_unhealthy_when_a_server_is_down(stack):
+    urls, procs = stack
+    wait_status(urls["router"] + "/health", 200)
+    procs["decode"].stop()
+    wait_status(urls["router"] + "/health", 503)
+
+
+def test_api_key_from_config_file_is_enforced_except_on_health_and_metrics(model, tmp_path):
+    port = free_port()
+    config = tmp_path / "server.yaml"
+    config.write_text(json.dumps({"api-key": "s3cret"}))
+    proc = Proc("server", "--model-path", str(model), "--port", str(port), "--config", str(config), "--enable-metrics")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_status(url + "/health", 200)
+        assert call(url + "/metrics")[0] == 200
+        assert call(url + "/v1/models")[0] == 401
+        assert call(url + "/v1/models", key="wrong")[0] == 401
+        assert call(url + "/v1/models", key="s3cret")[0] == 200
+        assert "s3cret" not in " ".join(proc.popen.args)
+    finally:
+        proc.stop()
+
+
+def test_openai_sampling_defaults_ignore_the_file(model):
+    assert standin.model_default_sampling_params(str(model), "openai") == {}
+    assert standin.model_default_sampling_params(str(model), "model") == {"temperature": 0.6, "top_p": 0.95}
+
+
+def test_unknown_mode_and_missing_router_flags_exit_2():
+    assert standin.main([]) == 2
+    assert standin.main(["router", "--port", "1"]) == 2

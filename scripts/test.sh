@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every test of the project: lint, pytest (unit, repository and contract tests), every molecule scenario.
+#   scripts/test.sh [lint|pytest|molecule]...   (default: all three, in that order)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PWD/.venv/bin:$PATH
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+
+lint() {
+  echo "== lint"
+  yamllint --strict .
+  ansible-lint --offline --profile production
+  ruff check .
+  ruff format --check .
+}
+
+run_pytest() {
+  echo "== pytest"
+  SGLANG_CONTRACT_PYTHON=$(./scripts/sglang-contract-venv.sh)
+  export SGLANG_CONTRACT_PYTHON
+  python -m pytest -q
+}
+
+run_molecule() {
+  echo "== molecule"
+  local scenario
+  for scenario in molecule/*/molecule.yml; do
+    scenario=$(basename "$(dirname "$scenario")")
+    molecule test -s "$scenario"
+  done
+}
+
+steps=("$@")
+((${#steps[@]})) || steps=(lint pytest molecule)
+for step in "${steps[@]}"; do
+  case $step in
+    lint) lint ;;
+    pytest) run_pytest ;;
+    molecule) run_molecule ;;
+    *) echo "unknown step: $step" >&2; exit 2 ;;
+  esac
+done

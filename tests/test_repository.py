@@ -1,0 +1,134 @@
+"""Repository-wide promises: the lab is the default, inventories hold no addresses, roles document
+every variable, the stand-in never reaches production, and the collection builds and installs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks/main.yml").exists())
+ADDRESS = re.compile(r"\b(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
+
+
+def run(*argv: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.run(argv, cwd=kwargs.pop("cwd", ROOT), capture_output=True, text=True, env=env, **kwargs)
+
+
+def test_default_inventory_is_the_lab():
+    out = run("ansible-config", "dump", "--only-changed", "--format", "json")
+    settings = {item["name"]: item["value"] for item in json.loads(out.stdout) if "name" in item}
+    assert [Path(p).resolve() for p in settings["DEFAULT_HOST_LIST"]] == [ROOT / "inventories/lab"]
+
+
+def test_bare_deploy_targets_only_loopback_lab_hosts():
+    inventory = json.loads(run("ansible-inventory", "--list").stdout)
+    hosts = inventory["_meta"]["hostvars"]
+    assert "dsv4-gpu-01" not in hosts
+    assert all(v.get("ansible_host") == "127.0.0.1" for v in hosts.values()), hosts
+    listed = run("ansible-playbook", "deploy.yml", "--list-hosts")
+    assert listed.returncode == 0, listed.stderr
+    assert "dsv4-gpu-01" not in listed.stdout
+
+
+@pytest.mark.parametrize("path", sorted(
+    p for d in ("inventories", "molecule", "tests") for p in (ROOT / d).rglob("*.yml")
+), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_inventory_or_test_file_names_a_non_loopback_address(path):
+    for match in ADDRESS.finditer(path.read_text()):
+        assert match.group(1) in ("127", "0") and (match.group(1) == "127" or match.group(0) == "0.0.0.0"), (
+            f"{path}: {match.group(0)}"
+        )
+
+
+def test_production_keeps_host_key_checking():
+    group_vars = (ROOT / "inventories/production/group_vars/sglang_dsv4.yml").read_text()
+    assert "StrictHostKeyChecking" not in group_vars and "host_key_checking" not in group_vars
+    assert "host_key_checking" not in (ROOT / "ansible.cfg").read_text()
+
+
+def test_lab_standin_is_refused_against_production_before_any_connection():
+    out = run("ansible-playbook", "-i", "inventories/production", "deploy.yml", "-e", "sglang_runtime_kind=lab_standin")
+    assert out.returncode != 0
+    assert "sglang_runtime_kind=lab_standin is a lab tool and is refused here" in out.stdout
+    assert "sglang_runtime_environment is 'production'" in out.stdout
+    assert "UNREACHABLE" not in out.stdout
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_and_argument_specs_agree(role):
+    defaults = yaml.safe_load((ROOT / f"roles/{role}/defaults/main.yml").read_text()) or {}
+    specs = yaml.safe_load((ROOT / f"roles/{role}/meta/argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    assert set(defaults) <= set(options), f"undocumented: {set(defaults) - set(options)}"
+    assert all(name.startswith(role + "_") for name in options), options
+    for name, option in options.items():
+        assert option.get("description"), name
+        if "default" in option and name in defaults:
+            assert option["default"] == defaults[name], name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_variables_are_prefixed(role):
+    for folder in ("vars", "defaults"):
+        data = yaml.safe_load((ROOT / f"roles/{role}/{folder}/main.yml").read_text()) or {}
+        prefix = ("_" if folder == "vars" else "") + role + "_"
+        assert all(key.startswith(prefix) for key in data), (folder, list(data))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_ansible_doc_renders_each_role(role):
+    out = run("ansible-doc", "-t", "role", "-r", "roles", role)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"ENTRY POINT: \W*main", out.stdout)
+
+
+def test_unit_template_carries_the_managed_header():
+    for template in (ROOT / "roles/sglang_services/templates").glob("*.j2"):
+        assert template.read_text().startswith("{{ ansible_managed | comment }}"), template
+
+
+def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
+    built = run("ansible-galaxy", "collection", "build", "--output-path", str(tmp_path))
+    assert built.returncode == 0, built.stderr
+    tarball = next(tmp_path.glob("dsv4-sglang-*.tar.gz"))
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+    assert "roles/sglang_services/templates/sglang-dsv4.service.j2" in names
+    assert not any(n.startswith((".venv", ".git/")) for n in names)
+    installed = run("ansible-galaxy", "collection", "install", "--force", str(tarball), "-p", str(tmp_path / "collections"))
+    assert installed.returncode == 0, installed.stderr
+    playbook = tmp_path / "fqcn.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Roles by fully qualified name",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Launchers", "ansible.builtin.include_role": {"name": "dsv4.sglang.sglang_runtime", "tasks_from": "launcher.yml"},
+             "vars": {"sglang_runtime_kind": "lab_standin"}},
+            {"name": "Topology check", "ansible.builtin.include_role": {"name": "dsv4.sglang.sglang_services", "tasks_from": "render.yml"},
+             "vars": {"_sglang_services_stage_dir": str(tmp_path / "units"), "ansible_python_interpreter": sys.executable}},
+        ],
+    }]))
+    (tmp_path / "units").mkdir()
+    env_root = tmp_path / "run"
+    env_root.mkdir()
+    (env_root / "empty.cfg").write_text("[defaults]\n")
+    out = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook)], cwd=env_root, capture_output=True, text=True,
+        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections"), "ANSIBLE_CONFIG": str(env_root / "empty.cfg"),
+             "ANSIBLE_ROLES_PATH": str(tmp_path / "none")},
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert (tmp_path / "units/sglang-dsv4-prefill.service").exists()
