@@ -41,12 +41,14 @@ def test_bare_deploy_targets_only_loopback_lab_hosts():
     assert "dsv4-gpu-01" not in listed.stdout
 
 
-@pytest.mark.parametrize("path", sorted(
-    p for d in ("inventories", "molecule", "tests") for p in (ROOT / d).rglob("*.yml")
-), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for d in ("inventories", "molecule", "tests") for p in (ROOT / d).rglob("*.yml")),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_no_inventory_or_test_file_names_a_non_loopback_address(path):
     for match in ADDRESS.finditer(path.read_text()):
-        assert match.group(1) in ("127", "0") and (match.group(1) == "127" or match.group(0) == "0.0.0.0"), (
+        assert match.group(1) == "127" or match.group(0) == "0.0.0.0", (  # noqa: S104 - the router's bind-all
             f"{path}: {match.group(0)}"
         )
 
@@ -106,29 +108,59 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
         names = tar.getnames()
     assert "roles/sglang_services/templates/sglang-dsv4.service.j2" in names
     assert not any(n.startswith((".venv", ".git/")) for n in names)
-    installed = run("ansible-galaxy", "collection", "install", "--force", str(tarball), "-p", str(tmp_path / "collections"))
+    installed = run(
+        "ansible-galaxy", "collection", "install", "--force", str(tarball), "-p", str(tmp_path / "collections")
+    )
     assert installed.returncode == 0, installed.stderr
     playbook = tmp_path / "fqcn.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Roles by fully qualified name",
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "tasks": [
-            {"name": "Launchers", "ansible.builtin.include_role": {"name": "dsv4.sglang.sglang_runtime", "tasks_from": "launcher.yml"},
-             "vars": {"sglang_runtime_kind": "lab_standin"}},
-            {"name": "Topology check", "ansible.builtin.include_role": {"name": "dsv4.sglang.sglang_services", "tasks_from": "render.yml"},
-             "vars": {"_sglang_services_stage_dir": str(tmp_path / "units"), "ansible_python_interpreter": sys.executable}},
-        ],
-    }]))
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Roles by fully qualified name",
+                    "hosts": "localhost",
+                    "connection": "local",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Launchers",
+                            "ansible.builtin.include_role": {
+                                "name": "dsv4.sglang.sglang_runtime",
+                                "tasks_from": "launcher.yml",
+                            },
+                            "vars": {"sglang_runtime_kind": "lab_standin"},
+                        },
+                        {
+                            "name": "Topology check",
+                            "ansible.builtin.include_role": {
+                                "name": "dsv4.sglang.sglang_services",
+                                "tasks_from": "render.yml",
+                            },
+                            "vars": {
+                                "_sglang_services_stage_dir": str(tmp_path / "units"),
+                                "ansible_python_interpreter": sys.executable,
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
     (tmp_path / "units").mkdir()
     env_root = tmp_path / "run"
     env_root.mkdir()
     (env_root / "empty.cfg").write_text("[defaults]\n")
     out = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(playbook)], cwd=env_root, capture_output=True, text=True,
-        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections"), "ANSIBLE_CONFIG": str(env_root / "empty.cfg"),
-             "ANSIBLE_ROLES_PATH": str(tmp_path / "none")},
+        [str(BIN / "ansible-playbook"), str(playbook)],
+        cwd=env_root,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections"),
+            "ANSIBLE_CONFIG": str(env_root / "empty.cfg"),
+            "ANSIBLE_ROLES_PATH": str(tmp_path / "none"),
+        },
     )
     assert out.returncode == 0, out.stdout[-3000:]
     assert (tmp_path / "units/sglang-dsv4-prefill.service").exists()

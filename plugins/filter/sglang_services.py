@@ -80,15 +80,23 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
 def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     argv = [
         *settings["launcher"]["server"],
-        "--model-path", settings["model_path"],
-        "--served-model-name", settings["served_model_name"],
-        "--host", "127.0.0.1",
-        "--port", svc["port"],
-        "--tp-size", len(svc["gpu_ids"]),
+        "--model-path",
+        settings["model_path"],
+        "--served-model-name",
+        settings["served_model_name"],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        svc["port"],
+        "--tp-size",
+        len(svc["gpu_ids"]),
         # The sampling-defaults switch: without "model", generation_config.json is ignored.
-        "--sampling-defaults", settings["sampling_defaults"],
-        "--disaggregation-mode", svc["mode"],
-        "--disaggregation-transfer-backend", settings["transfer_backend"],
+        "--sampling-defaults",
+        settings["sampling_defaults"],
+        "--disaggregation-mode",
+        svc["mode"],
+        "--disaggregation-transfer-backend",
+        settings["transfer_backend"],
     ]
     if svc["mode"] == "prefill":
         argv += ["--disaggregation-bootstrap-port", svc["bootstrap_port"]]
@@ -106,10 +114,15 @@ def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[s
     argv = [
         *settings["launcher"]["router"],
         "--pd-disaggregation",
-        "--prefill", f"http://127.0.0.1:{prefill['port']}", prefill["bootstrap_port"],
-        "--decode", f"http://127.0.0.1:{decode['port']}",
-        "--host", svc.get("host", "127.0.0.1"),
-        "--port", svc["port"],
+        "--prefill",
+        f"http://127.0.0.1:{prefill['port']}",
+        prefill["bootstrap_port"],
+        "--decode",
+        f"http://127.0.0.1:{decode['port']}",
+        "--host",
+        svc.get("host", "127.0.0.1"),
+        "--port",
+        svc["port"],
     ]
     if svc.get("metrics_port"):
         argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", svc["metrics_port"]]
@@ -125,18 +138,20 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
         if server:
             environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in svc["gpu_ids"])
         argv = _server_argv(svc, settings) if server else _router_argv(svc, topology, settings)
-        specs.append({
-            "key": name,
-            "name": f"{UNIT_PREFIX}{name}",
-            "mode": svc["mode"],
-            "group": "servers" if server else "router",
-            "argv": [str(arg) for arg in argv],
-            "environment": {key: str(value) for key, value in sorted(environment.items())},
-            "gpu_ids": list(svc.get("gpu_ids", [])),
-            "numa_node": svc.get("numa_node"),
-            "port": svc["port"],
-            "health_url": f"http://127.0.0.1:{svc['port']}/health",
-        })
+        specs.append(
+            {
+                "key": name,
+                "name": f"{UNIT_PREFIX}{name}",
+                "mode": svc["mode"],
+                "group": "servers" if server else "router",
+                "argv": [str(arg) for arg in argv],
+                "environment": {key: str(value) for key, value in sorted(environment.items())},
+                "gpu_ids": list(svc.get("gpu_ids", [])),
+                "numa_node": svc.get("numa_node"),
+                "port": svc["port"],
+                "health_url": f"http://127.0.0.1:{svc['port']}/health",
+            }
+        )
     return specs
 
 

@@ -46,8 +46,10 @@ def validate(sampling: dict[str, Any], allow_greedy: bool = False) -> list[str]:
             errors.append(f"{key}={value!r} must be {wanted}")
     temperature = sampling.get("temperature")
     if _is_number(temperature) and temperature == 0 and not allow_greedy:
-        errors.append("temperature=0 means greedy decoding, which makes DeepSeek-V4-Flash repeat itself; "
-                      "allow it explicitly if that is really wanted")
+        errors.append(
+            "temperature=0 means greedy decoding, which makes DeepSeek-V4-Flash repeat itself; "
+            "allow it explicitly if that is really wanted"
+        )
     return errors
 
 

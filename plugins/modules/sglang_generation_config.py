@@ -50,7 +50,14 @@ applied:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import SAMPLING_KEYS, load, merge, render, validate, write_atomic
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
+    SAMPLING_KEYS,
+    load,
+    merge,
+    render,
+    validate,
+    write_atomic,
+)
 
 
 def main() -> None:

@@ -7,8 +7,9 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,11 @@ def ask_sglang(sglang_python: str) -> Callable[[dict[str, Any]], dict[str, Any]]
     def ask(request: dict[str, Any]) -> dict[str, Any]:
         out = subprocess.run(
             [sglang_python, str(HERE / "sglang_oracle.py")],
-            input=json.dumps(request), capture_output=True, text=True, check=False, timeout=300,
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
         )
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout)
@@ -68,10 +73,13 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "lab-render": ["-i", "inventories/lab", "-i", str(HERE / "lab-render-hosts.yml"), "-l", "lab-render"],
     }
     playbook = str(Path(sys.executable).parent / "ansible-playbook")
-    for host, inventory in runs.items():
+    for inventory in runs.values():
         result = subprocess.run(
             [playbook, *inventory, str(HERE / "render_units.yml"), "-e", f"render_dir={out}"],
-            cwd=ROOT, capture_output=True, text=True, check=False,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     return {host: out / host for host in runs}

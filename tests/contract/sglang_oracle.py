@@ -14,21 +14,32 @@ Request keys (all optional):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ast
+import contextlib
 import importlib.util
-import tempfile
-from pathlib import Path
 import io
 import json
 import sys
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 FIVE = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-REPORTED = ("model_path", "host", "port", "tp_size", "sampling_defaults", "disaggregation_mode",
-            "disaggregation_transfer_backend", "disaggregation_bootstrap_port", "kv_cache_dtype",
-            "enable_metrics", "served_model_name", "api_key")
+REPORTED = (
+    "model_path",
+    "host",
+    "port",
+    "tp_size",
+    "sampling_defaults",
+    "disaggregation_mode",
+    "disaggregation_transfer_backend",
+    "disaggregation_bootstrap_port",
+    "kv_cache_dtype",
+    "enable_metrics",
+    "served_model_name",
+    "api_key",
+)
 
 
 def _options(add_cli_args: Any, **kwargs: Any) -> list[str]:
@@ -44,7 +55,7 @@ def _parse(parse: Any, argv: list[str], keys: tuple[str, ...] = REPORTED) -> dic
             parsed = parse(argv)
     except SystemExit as exit_:
         return {"ok": False, "status": exit_.code, "error": err.getvalue()[-800:]}
-    except Exception as error:  # noqa: BLE001 - any refusal by the real code is the answer
+    except Exception as error:
         return {"ok": False, "status": None, "error": f"{type(error).__name__}: {error}"}
     return {"ok": True, "values": {k: getattr(parsed, k, None) for k in keys}}
 
@@ -93,20 +104,21 @@ def _load_generation_config(model_dir: str) -> Any:
 def chat(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 
-    get_default_sampling_params = _sglang_method("srt/configs/model_config.py", "ModelConfig",
-                                                 "get_default_sampling_params")
+    get_default_sampling_params = _sglang_method(
+        "srt/configs/model_config.py", "ModelConfig", "get_default_sampling_params"
+    )
     answers = []
     for case in cases:
         with tempfile.TemporaryDirectory() as model_dir:
             if case["generation_config"] is not None:
                 Path(model_dir, "generation_config.json").write_text(json.dumps(case["generation_config"]))
-            model_config = SimpleNamespace(sampling_defaults=case["sampling_defaults"],
-                                           hf_generation_config=_load_generation_config(model_dir))
+            model_config = SimpleNamespace(
+                sampling_defaults=case["sampling_defaults"], hf_generation_config=_load_generation_config(model_dir)
+            )
         defaults = get_default_sampling_params(model_config)
         request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], **case["request"])
         params = request.to_sampling_params(stop=[], model_generation_config=defaults)
-        log_line = (f"Using default chat sampling params from model generation config: {defaults}"
-                    if defaults else None)
+        log_line = f"Using default chat sampling params from model generation config: {defaults}" if defaults else None
         answers.append({"defaults": defaults, "log_line": log_line, "resolved": {k: params[k] for k in FIVE}})
     return answers
 

@@ -13,7 +13,7 @@ import pytest
 from .conftest import ROOT, exec_start_argv, flags_after_launcher
 
 sys.path.insert(0, str(ROOT / "roles/sglang_runtime/files"))
-import sglang_lab_standin as standin  # noqa: E402
+import sglang_lab_standin as standin
 
 HOSTS = ("dsv4-gpu-01", "lab-render")
 SERVERS = ("prefill", "decode")
@@ -32,7 +32,7 @@ def parsed(rendered: dict[str, Path], ask_sglang: Any) -> dict[str, Any]:
     servers = [_server_flags(rendered, host, unit) for host in HOSTS for unit in SERVERS]
     routers = [flags_after_launcher(exec_start_argv(rendered[host] / "sglang-dsv4-router.service")) for host in HOSTS]
     wrong_servers = [
-        servers[0] + ["--generation-config", "/tmp/gc.json"],  # a vLLM flag SGLang does not have
+        servers[0] + ["--generation-config", "gc.json"],  # a vLLM flag SGLang does not have
         [f if f != "model" else "greedy" for f in servers[0]],  # --sampling-defaults greedy
         [f if f != "mooncake" else "carrier-pigeon" for f in servers[0]],
         servers[0] + ["--enable-ep-moe"],  # removed before 0.5.23
@@ -40,7 +40,13 @@ def parsed(rendered: dict[str, Path], ask_sglang: Any) -> dict[str, Any]:
     ]
     wrong_routers = [routers[0] + ["--prefill-url", "http://127.0.0.1:1"], routers[0] + ["--policy", "fastest"]]
     answer = ask_sglang({"server_argvs": servers + wrong_servers, "router_argvs": routers + wrong_routers})
-    return {"servers": servers, "routers": routers, "answer": answer, "n_servers": len(servers), "n_routers": len(routers)}
+    return {
+        "servers": servers,
+        "routers": routers,
+        "answer": answer,
+        "n_servers": len(servers),
+        "n_routers": len(routers),
+    }
 
 
 @pytest.mark.parametrize("index", range(len(HOSTS) * len(SERVERS)))
@@ -57,7 +63,10 @@ def test_rendered_server_command_line_parses_with_exact_flag_names(parsed: dict[
     assert values["tp_size"] == 4
     assert values["kv_cache_dtype"] == "fp8_e4m3"
     assert values["enable_metrics"] is True
-    expected_port = {"dsv4-gpu-01": {"prefill": 30000, "decode": 30001}, "lab-render": {"prefill": 31011, "decode": 31012}}
+    expected_port = {
+        "dsv4-gpu-01": {"prefill": 30000, "decode": 30001},
+        "lab-render": {"prefill": 31011, "decode": 31012},
+    }
     assert values["port"] == expected_port[host][unit]
 
 
@@ -135,7 +144,10 @@ TABLE = list(itertools.product(GENERATION_CONFIGS, REQUESTS, ("model", "openai")
 
 @pytest.fixture(scope="module")
 def sglang_chat(ask_sglang: Any) -> list[dict[str, Any]]:
-    cases = [{"generation_config": GENERATION_CONFIGS[g], "request": REQUESTS[r], "sampling_defaults": s} for g, r, s in TABLE]
+    cases = [
+        {"generation_config": GENERATION_CONFIGS[g], "request": REQUESTS[r], "sampling_defaults": s}
+        for g, r, s in TABLE
+    ]
     return ask_sglang({"chat": cases})["chat"]
 
 
@@ -146,7 +158,9 @@ def _standin_defaults(tmp_path: Path, config: dict[str, Any] | None, sampling_de
 
 
 @pytest.mark.parametrize("case", TABLE, ids=[" / ".join(c) for c in TABLE])
-def test_chat_sampling_resolution_matches_sglang(tmp_path: Path, sglang_chat: list[dict[str, Any]], case: tuple) -> None:
+def test_chat_sampling_resolution_matches_sglang(
+    tmp_path: Path, sglang_chat: list[dict[str, Any]], case: tuple
+) -> None:
     config_name, request_name, sampling_defaults = case
     real = sglang_chat[TABLE.index(case)]
     defaults = _standin_defaults(tmp_path, GENERATION_CONFIGS[config_name], sampling_defaults)

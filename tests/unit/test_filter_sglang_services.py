@@ -18,7 +18,10 @@ import sglang_services as f  # noqa: E402
 DEFAULT = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 TOPOLOGY = DEFAULT["sglang_services_topology"]
 SETTINGS = {
-    "launcher": {"server": ["/py", "-m", "sglang.launch_server"], "router": ["/py", "-m", "sglang_router.launch_router"]},
+    "launcher": {
+        "server": ["/py", "-m", "sglang.launch_server"],
+        "router": ["/py", "-m", "sglang_router.launch_router"],
+    },
     "model_path": "/srv/models/DeepSeek-V4-Flash",
     "served_model_name": "dsv4",
     "sampling_defaults": "model",
@@ -70,28 +73,42 @@ def test_topology_errors_name_the_variable_and_value(topology, needle):
 
 def test_unknown_transfer_backend_is_named():
     errors = f.sglang_topology_errors(TOPOLOGY, "carrier-pigeon")
-    assert errors == [
-        "sglang_services_transfer_backend='carrier-pigeon' is not one of mooncake, nixl, ascend, fake, mori, mooncake_tcp"
-    ]
+    backends = "mooncake, nixl, ascend, fake, mori, mooncake_tcp"
+    assert errors == [f"sglang_services_transfer_backend='carrier-pigeon' is not one of {backends}"]
 
 
 def test_unit_specs_split_gpus_and_render_the_pd_flags():
     specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, SETTINGS)}
     assert [s["name"] for s in f.sglang_unit_specs(TOPOLOGY, SETTINGS)] == [
-        "sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"
+        "sglang-dsv4-prefill",
+        "sglang-dsv4-decode",
+        "sglang-dsv4-router",
     ]
     prefill, decode, router = specs["prefill"], specs["decode"], specs["router"]
     assert prefill["environment"] == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "NCCL_DEBUG": "WARN"}
     assert decode["environment"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert "CUDA_VISIBLE_DEVICES" not in router["environment"]
     joined = " ".join(prefill["argv"])
-    for flag in ("--sampling-defaults model", "--disaggregation-mode prefill", "--disaggregation-bootstrap-port 8998",
-                 "--host 127.0.0.1", "--tp-size 4", "--kv-cache-dtype fp8_e4m3", "--enable-metrics"):
+    for flag in (
+        "--sampling-defaults model",
+        "--disaggregation-mode prefill",
+        "--disaggregation-bootstrap-port 8998",
+        "--host 127.0.0.1",
+        "--tp-size 4",
+        "--kv-cache-dtype fp8_e4m3",
+        "--enable-metrics",
+    ):
         assert flag in joined
     assert "--disaggregation-bootstrap-port" not in decode["argv"]
     assert "--disaggregation-ib-device" not in decode["argv"]
-    assert router["argv"][3:9] == ["--pd-disaggregation", "--prefill", "http://127.0.0.1:30000", "8998",
-                                  "--decode", "http://127.0.0.1:30001"]
+    assert router["argv"][3:9] == [
+        "--pd-disaggregation",
+        "--prefill",
+        "http://127.0.0.1:30000",
+        "8998",
+        "--decode",
+        "http://127.0.0.1:30001",
+    ]
     assert (prefill["group"], decode["group"], router["group"]) == ("servers", "servers", "router")
 
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins/filter"))
-import sglang_verify as f  # noqa: E402
+import sglang_verify as f
 
 
 def test_repetition_is_zero_for_varied_text_and_high_for_a_loop():

@@ -120,6 +120,7 @@ def test_servers_listen_on_loopback_only(host, unit):
 
 @pytest.mark.parametrize("unit", SERVERS)
 def test_servers_logged_the_defaults_at_start(host, unit):
-    assert "Using default chat sampling params from model generation config: {'temperature': 0.6, 'top_p': 0.95}" in journal(
-        host, unit
+    assert (
+        "Using default chat sampling params from model generation config: {'temperature': 0.6, 'top_p': 0.95}"
+        in journal(host, unit)
     )

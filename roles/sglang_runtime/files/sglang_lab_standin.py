@@ -116,17 +116,14 @@ def _logits(previous: str) -> list[float]:
 
 def generate(prompt: str, params: dict[str, Any], max_tokens: int, seed: int | None) -> tuple[str, str, int]:
     """Returns (text, finish_reason, completion_tokens)."""
-    words = VOCAB + [EOS]
-    rng = random.Random(seed if seed is not None else secrets.randbits(64))
+    words = [*VOCAB, EOS]
+    rng = random.Random(seed if seed is not None else secrets.randbits(64))  # noqa: S311 - a toy sampler
     previous = prompt.split()[-1] if prompt.split() else "the"
     out: list[str] = []
     temperature = float(params["temperature"])
     for _ in range(max_tokens):
         scores = _logits(previous)
-        penalty = float(params["repetition_penalty"])
-        if penalty != 1.0:
-            seen = set(out)
-            scores = [s / penalty if w in seen and s > 0 else s * penalty if w in seen else s for s, w in zip(scores, words)]
+        scores = _penalize(scores, words, set(out), float(params["repetition_penalty"]))
         if temperature <= 1e-5:
             index = max(range(len(scores)), key=scores.__getitem__)
         else:
@@ -137,6 +134,13 @@ def generate(prompt: str, params: dict[str, Any], max_tokens: int, seed: int | N
         out.append(word)
         previous = word
     return " ".join(out), "length", len(out)
+
+
+def _penalize(scores: list[float], words: list[str], seen: set[str], penalty: float) -> list[float]:
+    """The usual repetition penalty: scores of tokens already produced move towards 'unlikely'."""
+    if penalty == 1.0:
+        return scores
+    return [(s / penalty if s > 0 else s * penalty) if w in seen else s for s, w in zip(scores, words, strict=True)]
 
 
 def _sample(scores: list[float], params: dict[str, Any], temperature: float, rng: random.Random) -> int:
@@ -209,10 +213,10 @@ class Handler(BaseHTTPRequestHandler):
         status, payload, content_type = self.app.handle(method, path, body)
         self._send(status, payload, content_type)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._dispatch("POST")
 
 
@@ -284,26 +288,37 @@ class ServerApp(App):
         return (200, None, JSON) if self.ready else (503, None, JSON)
 
     def _model_info(self) -> Reply:
-        return 200, {
-            "model_path": self.args.model_path,
-            "served_model_name": self.served_model_name,
-            "tokenizer_path": self.args.model_path,
-            "is_generation": True,
-            "preferred_sampling_params": None,
-            "weight_version": "default",
-            "load_format": "auto",
-            "reasoning_parser": self.args.reasoning_parser,
-            "tool_call_parser": self.args.tool_call_parser,
-            "disaggregation_mode": self.args.disaggregation_mode,
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_type": "deepseek_v4",
-            "architectures": ["DeepseekV4ForCausalLM"],
-        }, JSON
+        return (
+            200,
+            {
+                "model_path": self.args.model_path,
+                "served_model_name": self.served_model_name,
+                "tokenizer_path": self.args.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "load_format": "auto",
+                "reasoning_parser": self.args.reasoning_parser,
+                "tool_call_parser": self.args.tool_call_parser,
+                "disaggregation_mode": self.args.disaggregation_mode,
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "deepseek_v4",
+                "architectures": ["DeepseekV4ForCausalLM"],
+            },
+            JSON,
+        )
 
     def _models(self) -> Reply:
-        card = {"id": self.served_model_name, "object": "model", "created": int(self.started),
-                "owned_by": "sglang", "root": self.served_model_name, "parent": None, "max_model_len": 1048576}
+        card = {
+            "id": self.served_model_name,
+            "object": "model",
+            "created": int(self.started),
+            "owned_by": "sglang",
+            "root": self.served_model_name,
+            "parent": None,
+            "max_model_len": 1048576,
+        }
         return 200, {"object": "list", "data": [card]}, JSON
 
     def _metrics(self) -> Reply:
@@ -327,23 +342,37 @@ class ServerApp(App):
         return text, finish, usage
 
     def _extension(self, params: dict[str, Any], source: str) -> dict[str, Any]:
-        return {"sampling_params": params, "defaults_source": source,
-                "disaggregation_mode": self.args.disaggregation_mode, "pid": os.getpid()}
+        return {
+            "sampling_params": params,
+            "defaults_source": source,
+            "disaggregation_mode": self.args.disaggregation_mode,
+            "pid": os.getpid(),
+        }
 
     def _chat(self, body: dict[str, Any]) -> Reply:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            return 400, {"object": "error", "message": "messages must be a non-empty list", "type": "BadRequest", "code": 400}, JSON
+            return (
+                400,
+                {"object": "error", "message": "messages must be a non-empty list", "type": "BadRequest", "code": 400},
+                JSON,
+            )
         params = resolve_chat_sampling(body, self.model_defaults)
         prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         text, finish, usage = self._run(prompt, params, body)
-        return 200, {
-            "id": secrets.token_hex(16), "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model") or self.served_model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-            "usage": usage,
-            "sglang_lab": self._extension(params, "model generation config" if self.model_defaults else "built-in"),
-        }, JSON
+        return (
+            200,
+            {
+                "id": secrets.token_hex(16),
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.served_model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+                "usage": usage,
+                "sglang_lab": self._extension(params, "model generation config" if self.model_defaults else "built-in"),
+            },
+            JSON,
+        )
 
     def _completion(self, body: dict[str, Any]) -> Reply:
         try:
@@ -353,13 +382,19 @@ class ServerApp(App):
         prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else ""
         body = {"max_tokens": 16, **body}
         text, finish, usage = self._run(prompt, params, body)
-        return 200, {
-            "id": secrets.token_hex(16), "object": "text_completion", "created": int(time.time()),
-            "model": body.get("model") or self.served_model_name,
-            "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
-            "usage": usage,
-            "sglang_lab": self._extension(params, "completion field defaults"),
-        }, JSON
+        return (
+            200,
+            {
+                "id": secrets.token_hex(16),
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.served_model_name,
+                "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+                "usage": usage,
+                "sglang_lab": self._extension(params, "completion field defaults"),
+            },
+            JSON,
+        )
 
 
 class RouterApp(App):
@@ -395,8 +430,11 @@ class RouterApp(App):
             status, payload = self._call(self.decode[0] + path)
             return status, payload, JSON
         if method == "GET" and path == "/get_server_info":
-            return 200, {"prefill": self.prefill, "decode": self.decode, "version": ROUTER_VERSION,
-                         "lab_standin": True}, JSON
+            return (
+                200,
+                {"prefill": self.prefill, "decode": self.decode, "version": ROUTER_VERSION, "lab_standin": True},
+                JSON,
+            )
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             room = secrets.randbits(63)
             fanned = {**body, "bootstrap_room": room}
@@ -437,8 +475,11 @@ def server_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key")
     p.add_argument("--sampling-defaults", choices=["openai", "model"], default="model")
     p.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null")
-    p.add_argument("--disaggregation-transfer-backend", default="mooncake",
-                   choices=["mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"])
+    p.add_argument(
+        "--disaggregation-transfer-backend",
+        default="mooncake",
+        choices=["mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"],
+    )
     p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
     p.add_argument("--disaggregation-ib-device")
     p.add_argument("--tp-size", type=int, default=1)

@@ -54,7 +54,9 @@ def wait_status(url: str, status: int, timeout: float = 10) -> None:
 class Proc:
     def __init__(self, *args: str, env: dict | None = None) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, str(STANDIN), *args], stderr=subprocess.PIPE, text=True,
+            [sys.executable, str(STANDIN), *args],
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, "SGLANG_LAB_STARTUP_SECONDS": "0.3", **(env or {})},
         )
 
@@ -73,12 +75,39 @@ def model(tmp_path: Path) -> Path:
 @pytest.fixture
 def stack(model: Path):
     ports = {name: free_port() for name in ("prefill", "decode", "router", "bootstrap")}
-    common = ["--model-path", str(model), "--sampling-defaults", "model", "--enable-metrics", "--served-model-name", "dsv4"]
-    prefill = Proc("server", *common, "--port", str(ports["prefill"]), "--disaggregation-mode", "prefill",
-                   "--disaggregation-bootstrap-port", str(ports["bootstrap"]), "--mem-fraction-static", "0.8")
+    common = [
+        "--model-path",
+        str(model),
+        "--sampling-defaults",
+        "model",
+        "--enable-metrics",
+        "--served-model-name",
+        "dsv4",
+    ]
+    prefill = Proc(
+        "server",
+        *common,
+        "--port",
+        str(ports["prefill"]),
+        "--disaggregation-mode",
+        "prefill",
+        "--disaggregation-bootstrap-port",
+        str(ports["bootstrap"]),
+        "--mem-fraction-static",
+        "0.8",
+    )
     decode = Proc("server", *common, "--port", str(ports["decode"]), "--disaggregation-mode", "decode")
-    router = Proc("router", "--pd-disaggregation", "--prefill", f"http://127.0.0.1:{ports['prefill']}",
-                  str(ports["bootstrap"]), "--decode", f"http://127.0.0.1:{ports['decode']}", "--port", str(ports["router"]))
+    router = Proc(
+        "router",
+        "--pd-disaggregation",
+        "--prefill",
+        f"http://127.0.0.1:{ports['prefill']}",
+        str(ports["bootstrap"]),
+        "--decode",
+        f"http://127.0.0.1:{ports['decode']}",
+        "--port",
+        str(ports["router"]),
+    )
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     procs = {"prefill": prefill, "decode": decode, "router": router}
     yield urls, procs
@@ -88,8 +117,10 @@ def stack(model: Path):
 
 
 def chat(url: str, **extra) -> dict:
-    status, body = call(url + "/v1/chat/completions",
-                        {"model": "dsv4", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 48, **extra})
+    status, body = call(
+        url + "/v1/chat/completions",
+        {"model": "dsv4", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 48, **extra},
+    )
     assert status == 200
     return body
 
@@ -139,7 +170,11 @@ def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
     answers = [chat(urls["router"]) for _ in range(4)]
     for answer in answers:
         assert answer["sglang_lab"]["sampling_params"] == {
-            "temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "top_k": -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
         }
         assert answer["sglang_lab"]["disaggregation_mode"] == "decode"
     assert len({a["choices"][0]["message"]["content"] for a in answers}) > 1
