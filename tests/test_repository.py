@@ -164,3 +164,13 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
     )
     assert out.returncode == 0, out.stdout[-3000:]
     assert (tmp_path / "units/sglang-dsv4-prefill.service").exists()
+
+
+def test_readme_variables_section_is_generated_from_argument_specs():
+    out = run(sys.executable, "scripts/role_docs.py", "--check")
+    assert out.returncode == 0, out.stderr
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (ROOT / "README.md").read_text()
+    assert (ROOT / ".ci/run").read_text().strip().endswith("exec make test")

@@ -109,7 +109,7 @@ def _logits(previous: str) -> list[float]:
     for word in VOCAB:
         digest = hashlib.sha256(f"{previous}\x00{word}".encode()).digest()
         uniform = int.from_bytes(digest[:8], "big") / 2**64
-        scores.append(-1.0 * math.log(-math.log(max(uniform, 1e-12))))
+        scores.append(-0.5 * math.log(-math.log(max(uniform, 1e-12))))
     scores.append(max(scores) - 2.5)
     return scores
 
