@@ -2,6 +2,8 @@
 # Installs everything the controller needs on a fresh Debian 12 machine: the lab's Debian packages
 # and a venv with the pinned controller tools. Safe to re-run; does nothing when all is in place.
 set -euo pipefail
+# pip warns once per package about the machine's optional local indexes; keep real errors visible.
+quiet_pip() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 cd "$(dirname "$0")/.."
 
 apt_packages=(debootstrap systemd-container openssh-client python3-venv)
@@ -18,8 +20,8 @@ stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements.txt
+  quiet_pip .venv/bin/pip install -q --upgrade pip
+  quiet_pip .venv/bin/pip install -q -r requirements.txt
   echo "$want" >"$stamp"
 fi
 

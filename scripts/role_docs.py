@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the README's variables section from each role's meta/argument_specs.yml.
 
-    scripts/role_docs.py          rewrite README.md between the markers
-    scripts/role_docs.py --check  exit 1 when README.md is stale (tests/test_repository.py runs this)
+scripts/role_docs.py          rewrite README.md between the markers
+scripts/role_docs.py --check  exit 1 when README.md is stale (tests/test_repository.py runs this)
 """
 
 from __future__ import annotations
@@ -38,8 +38,14 @@ def render() -> str:
     out = [BEGIN, ""]
     for role in ROLE_ORDER:
         spec = yaml.safe_load((ROOT / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]
-        out += [f"### {role}", "", _text(spec["short_description"]), "", "| variable | type | default | description |",
-                "|---|---|---|---|"]
+        out += [
+            f"### {role}",
+            "",
+            _text(spec["short_description"]),
+            "",
+            "| variable | type | default | description |",
+            "|---|---|---|---|",
+        ]
         for name, option in spec.get("options", {}).items():
             kind = option.get("type", "str")
             if "choices" in option:
