@@ -533,6 +533,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: sglang_lab_standin.py {server|router} FLAGS...", file=sys.stderr)
         return 2
     role, flags = argv[0], argv[1:]
+    if os.environ.get("SGLANG_LAB_FAIL_START") == "1":
+        # Lab fault injection: a server that never comes up, for rollback tests.
+        log.error("lab fault injection: SGLANG_LAB_FAIL_START=1, exiting before serving")
+        return 1
     if role == "server":
         parser = server_parser()
         args, unparsed = parser.parse_known_args(_apply_config_file(parser, flags))

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Wait until an SGLang /health URL answers 200, so systemd counts the unit as started only then.
 
-Used as ExecStartPost: `sglang_wait_healthy.py URL TIMEOUT_SECONDS`. Exits 0 when healthy, 1 on timeout.
+Used as ExecStartPost: `sglang_wait_healthy.py URL TIMEOUT_SECONDS [$MAINPID]`. Exits 0 when healthy, 1 on
+timeout or as soon as the main process is gone (systemd would otherwise let a dead server's health gate run
+until TimeoutStartSec).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import urllib.error
@@ -20,24 +23,30 @@ def healthy(url: str) -> bool:
         return False
 
 
-def wait(url: str, timeout: float, interval: float = 0.5) -> bool:
+def alive(pid: int | None) -> bool:
+    return pid is None or os.path.exists(f"/proc/{pid}")
+
+
+def wait(url: str, timeout: float, pid: int | None = None, interval: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and alive(pid):
         if healthy(url):
             return True
         time.sleep(interval)
-    return healthy(url)
+    return alive(pid) and healthy(url)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: sglang_wait_healthy.py URL TIMEOUT_SECONDS", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: sglang_wait_healthy.py URL TIMEOUT_SECONDS [MAINPID]", file=sys.stderr)
         return 2
     url, timeout = argv[0], float(argv[1])
-    if wait(url, timeout):
+    pid = int(argv[2]) if len(argv) == 3 and argv[2].isdigit() else None
+    if wait(url, timeout, pid):
         print(f"sglang-dsv4: {url} is healthy")
         return 0
-    print(f"sglang-dsv4: {url} was not healthy within {timeout:g} s", file=sys.stderr)
+    why = "its main process exited" if not alive(pid) else f"not healthy within {timeout:g} s"
+    print(f"sglang-dsv4: {url}: {why}", file=sys.stderr)
     return 1
 
 

@@ -1,0 +1,49 @@
+"""The ExecStartPost health gate (roles/sglang_services/files/sglang_wait_healthy.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles/sglang_services/files"))
+import sglang_wait_healthy as gate  # noqa: E402
+
+
+class Health(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(self.status)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+
+
+def test_healthy_server_passes(server):
+    assert gate.main([f"http://127.0.0.1:{server.server_port}/health", "5"]) == 0
+
+
+def test_unhealthy_server_times_out(server, monkeypatch):
+    monkeypatch.setattr(Health, "status", 503)
+    assert gate.main([f"http://127.0.0.1:{server.server_port}/health", "1"]) == 1
+
+
+def test_dead_main_process_stops_the_wait_at_once(server, monkeypatch):
+    monkeypatch.setattr(Health, "status", 503)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert gate.wait(f"http://127.0.0.1:{server.server_port}/health", 60, dead.pid) is False
