@@ -1,0 +1,44 @@
+"""The fleet after a rollout that failed on its second host (molecule verify, after the side effect)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
+EXPECTED_TEMPERATURE = {"dsv4-fleet-1": 0.7, "dsv4-fleet-2": 0.6, "dsv4-fleet-3": 0.6}
+
+
+def name(host) -> str:
+    return host.check_output("hostname")
+
+
+def test_each_host_holds_the_temperature_its_batch_left(host):
+    assert json.loads(host.file(GENCONFIG).content_string)["temperature"] == EXPECTED_TEMPERATURE[name(host)]
+
+
+@pytest.mark.parametrize("unit", ["prefill", "decode", "router"])
+def test_every_host_serves_again(host, unit):
+    assert host.service(f"sglang-dsv4-{unit}").is_running
+
+
+def test_the_failed_host_got_its_settings_back(host):
+    env = host.file("/etc/sglang-dsv4/prefill.env").content_string
+    assert "SGLANG_LAB_FAIL_START=0" in env
+
+
+def test_each_host_keeps_the_snapshot_of_its_last_rollout(host):
+    snapshot = host.file("/var/lib/sglang-dsv4-rollout/before-last-rollout/manifest.json")
+    assert snapshot.exists
+    if name(host) == "dsv4-fleet-2":
+        saved = json.loads(snapshot.content_string)["saved"]
+        assert GENCONFIG in saved and "/etc/systemd/system/sglang-dsv4-prefill.service" in saved
+
+
+def test_the_rolled_back_server_logged_the_old_defaults(host):
+    if name(host) != "dsv4-fleet-2":
+        pytest.skip("only dsv4-fleet-2 was rolled back")
+    invocation = host.check_output("systemctl show -P InvocationID sglang-dsv4-prefill")
+    log = host.check_output(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
+    assert "{'temperature': 0.6, 'top_p': 0.95}" in log
