@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 LAB_HOSTS ?= 1
 
-.PHONY: bootstrap lab deploy lab-down test lint pytest molecule collection
+.PHONY: bootstrap lab deploy lab-down test lint pytest molecule collection bench
 
 bootstrap:
 	@./scripts/bootstrap.sh
@@ -30,6 +30,9 @@ pytest: bootstrap
 
 molecule: bootstrap
 	@./scripts/test.sh molecule
+
+bench: bootstrap
+	python bench/bench.py
 
 collection: bootstrap
 	ansible-galaxy collection build --force

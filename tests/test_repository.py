@@ -174,3 +174,11 @@ def test_readme_variables_section_is_generated_from_argument_specs():
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
     assert (ROOT / ".ci/run").read_text().strip().endswith("exec make test")
+
+
+def test_lab_api_key_is_vault_encrypted_and_production_holds_no_secret():
+    lab = (ROOT / "inventories/lab/group_vars/sglang_dsv4.yml").read_text()
+    assert "sglang_services_api_key: !vault |" in lab
+    assert "$ANSIBLE_VAULT;1.2;AES256;lab" in lab
+    production = "".join(p.read_text() for p in (ROOT / "inventories/production").rglob("*.yml"))
+    assert re.search(r"^\s*sglang_services_api_key:", production, re.MULTILINE) is None

@@ -155,11 +155,19 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
     return specs
 
 
+SPECIFIERS = ("%d/",)
+
+
 def sglang_systemd_argv(argv: list[str]) -> str:
-    """Quote an argv for an Exec= line (systemd's own rules: double quotes, % doubled)."""
+    """Quote an argv for an Exec= line (systemd's own rules: double quotes, % doubled).
+
+    The one specifier meant for systemd, %d (the credentials directory) at the start of an argument, is kept.
+    """
     out = []
     for arg in argv:
-        text = str(arg).replace("%", "%%")
+        text = str(arg)
+        keep = next((s for s in SPECIFIERS if text.startswith(s)), "")
+        text = keep + text[len(keep) :].replace("%", "%%")
         if not text or any(ch in text for ch in " \t\"'\\;$"):
             text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
         out.append(text)

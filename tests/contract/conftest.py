@@ -50,10 +50,16 @@ def ask_sglang(sglang_python: str) -> Callable[[dict[str, Any]], dict[str, Any]]
     return ask
 
 
-def exec_start_argv(unit_file: Path) -> list[str]:
-    """The ExecStart= command line of a unit file, split as systemd would."""
+def exec_start_argv(unit_file: Path, credentials: Path | None = None) -> list[str]:
+    """The ExecStart= command line of a unit file, split as systemd would.
+
+    systemd replaces %d with the service's credentials directory; `credentials` stands in for it.
+    """
     line = next(x for x in unit_file.read_text().splitlines() if x.startswith("ExecStart="))
-    return [word.replace("%%", "%") for word in shlex.split(line.removeprefix("ExecStart="))]
+    words = [word.replace("%%", "%") for word in shlex.split(line.removeprefix("ExecStart="))]
+    if credentials is not None:
+        words = [str(credentials) + word[2:] if word.startswith("%d/") else word for word in words]
+    return words
 
 
 def flags_after_launcher(argv: list[str]) -> list[str]:

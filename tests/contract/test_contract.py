@@ -19,8 +19,16 @@ HOSTS = ("dsv4-gpu-01", "lab-render")
 SERVERS = ("prefill", "decode")
 
 
-def _server_flags(rendered: dict[str, Path], host: str, unit: str) -> list[str]:
-    return flags_after_launcher(exec_start_argv(rendered[host] / f"sglang-dsv4-{unit}.service"))
+@pytest.fixture(scope="module")
+def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What LoadCredential= hands the servers when an API key is set: {"api-key": ...} for --config."""
+    directory = tmp_path_factory.mktemp("credentials")
+    (directory / "server-config.yaml").write_text(json.dumps({"api-key": "contract-test-key"}))
+    return directory
+
+
+def _server_flags(rendered: dict[str, Path], host: str, unit: str, credentials: Path) -> list[str]:
+    return flags_after_launcher(exec_start_argv(rendered[host] / f"sglang-dsv4-{unit}.service", credentials))
 
 
 def _flag_names(flags: list[str]) -> list[str]:
@@ -28,8 +36,8 @@ def _flag_names(flags: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def parsed(rendered: dict[str, Path], ask_sglang: Any) -> dict[str, Any]:
-    servers = [_server_flags(rendered, host, unit) for host in HOSTS for unit in SERVERS]
+def parsed(rendered: dict[str, Path], ask_sglang: Any, credentials: Path) -> dict[str, Any]:
+    servers = [_server_flags(rendered, host, unit, credentials) for host in HOSTS for unit in SERVERS]
     routers = [flags_after_launcher(exec_start_argv(rendered[host] / "sglang-dsv4-router.service")) for host in HOSTS]
     wrong_servers = [
         servers[0] + ["--generation-config", "gc.json"],  # a vLLM flag SGLang does not have
@@ -63,6 +71,8 @@ def test_rendered_server_command_line_parses_with_exact_flag_names(parsed: dict[
     assert values["tp_size"] == 4
     assert values["kv_cache_dtype"] == "fp8_e4m3"
     assert values["enable_metrics"] is True
+    # The lab inventory sets an API key (vault): the servers get it from the --config file, not the command line.
+    assert values["api_key"] == ("contract-test-key" if host == "lab-render" else None)
     expected_port = {
         "dsv4-gpu-01": {"prefill": 30000, "decode": 30001},
         "lab-render": {"prefill": 31011, "decode": 31012},

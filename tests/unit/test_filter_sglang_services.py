@@ -119,6 +119,13 @@ def test_ib_device_and_extra_flags_are_rendered():
     assert "--disaggregation-ib-device mlx5_0" in " ".join(specs["prefill"]["argv"])
 
 
+def test_credentials_specifier_survives_quoting_and_config_is_rendered():
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "config_file": "%d/server-config.yaml"})}
+    assert "--config %d/server-config.yaml" in " ".join(specs["prefill"]["argv"])
+    assert "--config" not in specs["router"]["argv"]
+    assert f.sglang_systemd_argv(["--config", "%d/server-config.yaml", "50%"]) == "--config %d/server-config.yaml 50%%"
+
+
 @pytest.mark.parametrize("argv", [["/py", "-m", "x"], ["/py", "--x", "a b", "50%", 'say "hi"', "$HOME"]])
 def test_systemd_quoting_round_trips(argv):
     line = f.sglang_systemd_argv(argv)

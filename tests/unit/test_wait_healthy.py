@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles/sglang_services/files"))
-import sglang_wait_healthy as gate  # noqa: E402
+import sglang_wait_healthy as gate
 
 
 class Health(BaseHTTPRequestHandler):
     status = 200
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.send_response(self.status)
         self.end_headers()
 

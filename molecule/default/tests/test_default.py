@@ -124,3 +124,93 @@ def test_servers_logged_the_defaults_at_start(host, unit):
         "Using default chat sampling params from model generation config: {'temperature': 0.6, 'top_p': 0.95}"
         in journal(host, unit)
     )
+
+
+def lab_api_key() -> str:
+    """The lab key, decrypted from the lab inventory with the lab-only vault password."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    text = (ROOT / "inventories/lab/group_vars/sglang_dsv4.yml").read_text()
+    vaulted = text.split("sglang_services_api_key: !vault |", 1)[1]
+    lines = [line.strip() for line in vaulted.splitlines()[1:] if line.startswith("          ")]
+    password = (ROOT / "inventories/lab/vault-password.txt").read_bytes().strip()
+    vault = VaultLib([("lab", VaultSecret(password))])
+    return vault.decrypt("\n".join(lines)).decode()
+
+
+SCAN = """
+import os, sys
+key = open('/etc/sglang-dsv4/credentials/router').read().strip()
+me = str(os.getpid())
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    if pid == me:
+        continue
+    try:
+        cmdline = open(f'/proc/{pid}/cmdline', 'rb').read()
+    except OSError:
+        continue
+    if key.encode() in cmdline:
+        print('LEAK', pid)
+print('scanned')
+"""
+
+
+def test_api_key_is_only_in_root_only_credential_files(host):
+    key = lab_api_key()
+    assert key.startswith("lab-only-api-key-")
+    for name in ("prefill", "decode", "router"):
+        credential = host.file(f"/etc/sglang-dsv4/credentials/{name}")
+        assert (credential.user, credential.group, credential.mode) == ("root", "root", 0o600)
+        assert key in credential.content_string
+    assert host.file("/etc/sglang-dsv4/credentials").mode == 0o700
+    for path in host.check_output("ls /etc/systemd/system/sglang-dsv4-*.service /etc/sglang-dsv4/*.env").split():
+        assert key not in host.file(path).content_string, path
+
+
+def test_api_key_is_in_no_process_command_line(host):
+    out = host.check_output("python3 - <<'EOF'\n" + SCAN + "\nEOF")
+    assert out.strip() == "scanned"
+
+
+def test_servers_enforce_the_key_and_the_router_uses_it(host):
+    key = lab_api_key()
+    models = (
+        'python3 -c "import urllib.request as u; '
+        "r = u.Request('http://127.0.0.1:32011/v1/models'{}); print(u.urlopen(r).status)\""
+    )
+    assert host.run(models.format("")).rc != 0  # 401 without the key
+    assert host.check_output(models.format(f", headers={{'Authorization': 'Bearer {key}'}}")) == "200"
+    # The router answers clients and authenticates to the servers with the key from its credential.
+    chat = host.run(
+        "python3 -c \"import json, urllib.request as u; r = u.Request('http://127.0.0.1:32010/v1/chat/completions', "
+        "data=json.dumps({'messages': [{'role': 'user', 'content': 'hi'}]}).encode(), "
+        "headers={'Content-Type': 'application/json'}); print(u.urlopen(r).status)\""
+    )
+    assert chat.stdout.strip() == "200", chat.stderr
+
+
+def test_key_stays_out_of_ansible_output_and_diffs(host):
+    import os
+    import subprocess
+    import sys
+
+    inventory = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            inventory,
+            "deploy.yml",
+            "--diff",
+            "-v",
+            "-e",
+            '{"sglang_verify_requests": 2}',
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert lab_api_key() not in out.stdout + out.stderr

@@ -1,0 +1,53 @@
+"""The router's launcher: --api-key from a systemd credential, absent from /proc/PID/cmdline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "roles/sglang_runtime/files/sglang_with_secret.py"
+
+
+def run(tmp_path: Path, with_credential: bool) -> str:
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import sys, os\n"
+        "cmdline = open(f'/proc/{os.getpid()}/cmdline').read().split('\\0')\n"
+        "print(repr(sys.argv[1:]))\n"
+        "print('KEY IN CMDLINE' if any('s3cret' in part for part in cmdline) else 'cmdline clean')\n"
+    )
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    if with_credential:
+        (credentials / "api-key").write_text("s3cret\n")
+    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(credentials)}
+    out = subprocess.run(
+        [sys.executable, str(LAUNCHER), str(program), "--port", "8000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+def test_key_reaches_the_program_but_not_the_command_line(tmp_path):
+    out = run(tmp_path, with_credential=True)
+    assert "['--port', '8000', '--api-key', 's3cret']" in out
+    assert "cmdline clean" in out
+
+
+def test_without_credential_nothing_is_added(tmp_path):
+    assert "['--port', '8000']" in run(tmp_path, with_credential=False)
+
+
+def test_module_form_runs_a_module(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(LAUNCHER), "-m", "json.tool", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CREDENTIALS_DIRECTORY": str(tmp_path)},
+    )
+    assert out.returncode == 0 and "json.tool" in out.stdout
