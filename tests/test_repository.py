@@ -182,3 +182,10 @@ def test_lab_api_key_is_vault_encrypted_and_production_holds_no_secret():
     assert "$ANSIBLE_VAULT;1.2;AES256;lab" in lab
     production = "".join(p.read_text() for p in (ROOT / "inventories/production").rglob("*.yml"))
     assert re.search(r"^\s*sglang_services_api_key:", production, re.MULTILINE) is None
+
+
+def test_readme_documents_every_role():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import role_docs
+
+    assert set(role_docs.ROLE_ORDER) == set(ROLES)

@@ -82,7 +82,8 @@ CASES = {
     ),
     "bootstrap port clashes with router": (
         topology(prefill={"bootstrap_port": PORT_BASE}),
-        f"sglang_services_topology.prefill.bootstrap_port={PORT_BASE} is already used",
+        f"sglang_services_topology.router.port={PORT_BASE} is already used by "
+        "sglang_services_topology.prefill.bootstrap_port",
     ),
     "no prefill": (
         topology(prefill=None),
