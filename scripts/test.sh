@@ -26,17 +26,21 @@ run_molecule() {
   local scenario
   for scenario in molecule/*/molecule.yml; do
     scenario=$(basename "$(dirname "$scenario")")
+    local started=$SECONDS
     molecule test -s "$scenario"
+    echo "== molecule $scenario: $((SECONDS - started)) s"
   done
 }
 
 steps=("$@")
 ((${#steps[@]})) || steps=(lint pytest molecule)
 for step in "${steps[@]}"; do
+  started=$SECONDS
   case $step in
     lint) lint ;;
     pytest) run_pytest ;;
     molecule) run_molecule ;;
     *) echo "unknown step: $step" >&2; exit 2 ;;
   esac
+  echo "== $step: $((SECONDS - started)) s"
 done
