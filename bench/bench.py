@@ -129,7 +129,11 @@ def deploy(inventory: Path, extra: dict | None = None) -> tuple[float, int]:
 
 
 def articles_way(hosts: int, temperature: float) -> float:
-    """The manual fix: for each host, overwrite the file over ssh with a heredoc, restart both servers."""
+    """The manual fix: for each host, overwrite the file over ssh with a heredoc, restart both servers.
+
+    Like the article's operator, it then waits until both servers are active again (a restart that fails
+    once comes back through Restart=on-failure).
+    """
     start = time.monotonic()
     for port in host_ports(hosts):
         current = json.loads(ssh(port, f"cat {GENCONFIG}"))
@@ -138,7 +142,9 @@ def articles_way(hosts: int, temperature: float) -> float:
         ssh(
             port,
             f"cat > {GENCONFIG} <<'EOF'\n{body}\nEOF\n"
-            "systemctl restart sglang-dsv4-prefill.service sglang-dsv4-decode.service",
+            "systemctl restart sglang-dsv4-prefill.service sglang-dsv4-decode.service || "
+            "for _ in $(seq 60); do systemctl is-active -q sglang-dsv4-prefill sglang-dsv4-decode && break; "
+            "sleep 1; done",
         )
     return time.monotonic() - start
 
