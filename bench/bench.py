@@ -225,7 +225,8 @@ with a heredoc, `systemctl restart` prefill and decode; it verifies nothing.
 What the numbers say: a no-op re-run restarts nothing; a sampling change restarts exactly prefill and decode
 on each host (two restarts per host, the router stays up); deploy.yml costs more wall time than the manual
 fix because it checks every input first, snapshots for rollback, takes a lock, verifies the defaults through
-the journal and real requests, and goes one host at a time (`serial: 1`).
+the journal and real requests, and goes one host at a time (`serial: 1`). On these hosts the article's edit
+does not even last: the units' pre-start healer puts the managed defaults back at the restart it triggers.
 """)
     print(args.output.read_text())
     return 0
