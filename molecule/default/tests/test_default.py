@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,57 +192,28 @@ def test_servers_enforce_the_key_and_the_router_uses_it(host):
     assert chat.stdout.strip() == "200", chat.stderr
 
 
-def test_key_stays_out_of_ansible_output_and_diffs(host):
-    import os
-    import subprocess
-    import sys
-
+def deploy(*args: str) -> subprocess.CompletedProcess:
+    """deploy.yml against molecule's instance, as an operator would run it."""
     inventory = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
-    out = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            inventory,
-            "deploy.yml",
-            "--diff",
-            "-v",
-            "-e",
-            '{"sglang_verify_requests": 2}',
-        ],
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, "deploy.yml", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
         timeout=600,
     )
+
+
+def test_key_stays_out_of_ansible_output_and_diffs(host):
+    out = deploy("--diff", "-v", "-e", '{"sglang_verify_requests": 2}')
     assert out.returncode == 0, out.stdout[-2000:]
     assert lab_api_key() not in out.stdout + out.stderr
 
 
 def test_check_diff_shows_the_json_change_and_changes_nothing(host):
-    import os
-    import subprocess
-    import sys
-
     before = host.check_output(f"sha256sum {GENCONFIG} /etc/sglang-dsv4/sampling-defaults.json")
-    inventory = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
-    out = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            inventory,
-            "deploy.yml",
-            "--check",
-            "--diff",
-            "-e",
-            '{"sglang_genconfig_temperature": 0.7}',
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-        timeout=600,
-    )
+    out = deploy("--check", "--diff", "-e", '{"sglang_genconfig_temperature": 0.7}')
     assert out.returncode == 0, out.stdout[-2000:]
     assert '-  "temperature": 0.6,' in out.stdout and '+  "temperature": 0.7,' in out.stdout
     assert host.check_output(f"sha256sum {GENCONFIG} /etc/sglang-dsv4/sampling-defaults.json") == before
