@@ -7,6 +7,7 @@ unit template renders. Both are plain functions, tested in tests/test_filters.py
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 VAR = "sglang_services_topology"
@@ -14,6 +15,7 @@ SERVER_MODES = ("prefill", "decode")
 MODES = (*SERVER_MODES, "router")
 TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
 PORT_KEYS = ("port", "bootstrap_port", "metrics_port")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 UNIT_PREFIX = "sglang-dsv4-"
 
 
@@ -49,7 +51,11 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
         for key in PORT_KEYS:
             port = svc.get(key)
             if port is None:
-                if key == "port" or (key == "bootstrap_port" and mode == "prefill"):
+                if (
+                    key == "port"
+                    or (key == "bootstrap_port" and mode == "prefill")
+                    or (key == "metrics_port" and mode == "router")
+                ):
                     errors.append(f"{where}.{key} is required")
                 continue
             if not _is_int(port) or not 1 <= port <= 65535:
@@ -58,6 +64,9 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
                 errors.append(f"{where}.{key}={port} is already used by {port_owner[port]}")
             else:
                 port_owner[port] = f"{where}.{key}"
+        for key in ("host", "metrics_host"):
+            if key in svc and (not isinstance(svc[key], str) or not _is_address(svc[key])):
+                errors.append(f"{where}.{key}={svc[key]!r} must be an IP address (or localhost)")
         flags = svc.get("extra_flags", [])
         if not isinstance(flags, list) or not all(isinstance(flag, (str, int, float)) for flag in flags):
             errors.append(f"{where}.extra_flags={flags!r} must be a list of strings")
@@ -75,6 +84,25 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
         if numa is not None and (not _is_int(numa) or numa < 0):
             errors.append(f"{where}.numa_node={numa!r} must be a NUMA node number or null")
     return errors
+
+
+def _is_address(text: str) -> bool:
+    if text == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def router_url(svc: dict[str, Any], tls: bool = False) -> str:
+    """Where the router really listens, as a URL this host can reach (the wildcard becomes loopback)."""
+    host = str(svc.get("host", "127.0.0.1"))
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - mapping the wildcard away
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{svc['port']}"
 
 
 def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
@@ -102,8 +130,9 @@ def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         argv += ["--disaggregation-bootstrap-port", svc["bootstrap_port"]]
     if settings.get("ib_device"):
         argv += ["--disaggregation-ib-device", settings["ib_device"]]
-    if settings.get("config_file"):
-        argv += ["--config", settings["config_file"]]
+    if settings.get("api_key"):
+        # %d is systemd's credentials directory (LoadCredential=server-config.yaml in the unit).
+        argv += ["--config", "%d/server-config.yaml"]
     argv += ["--kv-cache-dtype", settings["kv_cache_dtype"], "--enable-metrics"]
     return argv + list(settings.get("server_flags", [])) + list(svc.get("extra_flags", []))
 
@@ -123,33 +152,67 @@ def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[s
         svc.get("host", "127.0.0.1"),
         "--port",
         svc["port"],
+        # Without these the router serves its metrics on 0.0.0.0:29000.
+        "--prometheus-host",
+        svc.get("metrics_host", "127.0.0.1"),
+        "--prometheus-port",
+        svc["metrics_port"],
+        # Offline and quiet: the tokenizer comes from the model directory, never from the Hub.
+        "--tokenizer-path",
+        settings["model_path"],
     ]
-    if svc.get("metrics_port"):
-        argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", svc["metrics_port"]]
+    if settings.get("router_tls"):
+        argv += ["--tls-cert-path", "%d/tls-cert", "--tls-key-path", "%d/tls-key"]
     return argv + list(svc.get("extra_flags", []))
 
 
 def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """One spec per service, servers first, in the shape the unit template reads."""
+    """One spec per service, servers first, in the shape the unit template reads.
+
+    `credentials` maps each credential name the unit loads to its root-only file; `inputs` lists every file the
+    service starts from (its record of them decides whether it must restart, see module_utils/sglang_plan.py).
+    """
+    layout = settings["layout"]
     specs = []
     for name, svc in sorted(topology.items(), key=lambda item: MODES.index(item[1]["mode"])):
         server = svc["mode"] in SERVER_MODES
+        unit = f"{UNIT_PREFIX}{name}"
         environment = dict(settings.get("environment", {}))
+        credentials: dict[str, str] = {}
         if server:
             environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in svc["gpu_ids"])
+            if settings.get("api_key"):
+                credentials["server-config.yaml"] = f"{layout['credentials_dir']}/{name}"
+            health_url = f"http://127.0.0.1:{svc['port']}/health"
+        else:
+            if settings.get("api_key"):
+                credentials["api-key"] = f"{layout['credentials_dir']}/{name}"
+            credentials["admin-key"] = f"{layout['credentials_dir']}/{name}-admin"
+            if settings.get("router_tls"):
+                credentials["tls-cert"] = settings["router_tls"]["cert"]
+                credentials["tls-key"] = settings["router_tls"]["key"]
+            # /health answers 200 with no worker at all; /readiness only once the workers are healthy.
+            health_url = router_url(svc, bool(settings.get("router_tls"))) + "/readiness"
         argv = _server_argv(svc, settings) if server else _router_argv(svc, topology, settings)
+        files = settings["launcher"]["server_files" if server else "router_files"]
+        inputs = [f"{layout['unit_dir']}/{unit}.service", f"{layout['conf_dir']}/{name}.env"]
+        inputs += list(credentials.values()) + list(files)
+        if server:
+            inputs.append(layout["generation_config"])
         specs.append(
             {
                 "key": name,
-                "name": f"{UNIT_PREFIX}{name}",
+                "name": unit,
                 "mode": svc["mode"],
                 "group": "servers" if server else "router",
                 "argv": [str(arg) for arg in argv],
                 "environment": {key: str(value) for key, value in sorted(environment.items())},
+                "credentials": credentials,
+                "inputs": inputs,
                 "gpu_ids": list(svc.get("gpu_ids", [])),
                 "numa_node": svc.get("numa_node"),
                 "port": svc["port"],
-                "health_url": f"http://127.0.0.1:{svc['port']}/health",
+                "health_url": health_url,
             }
         )
     return specs
@@ -179,5 +242,6 @@ class FilterModule:
         return {
             "sglang_topology_errors": sglang_topology_errors,
             "sglang_unit_specs": sglang_unit_specs,
+            "sglang_router_url": router_url,
             "sglang_systemd_argv": sglang_systemd_argv,
         }

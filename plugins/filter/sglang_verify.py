@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import ast
-import re
 from typing import Any
 
-STARTUP_LINE = re.compile(r"Using default chat sampling params from model generation config: (\{.*\})")
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
+    defaults_missing,
+    startup_defaults,
+)
 
 
 def sglang_repetition(text: str, n: int = 3) -> float:
@@ -18,15 +19,10 @@ def sglang_repetition(text: str, n: int = 3) -> float:
     return round(1 - len(set(grams)) / len(grams), 3)
 
 
-def sglang_startup_defaults(journal: str) -> dict[str, Any] | None:
-    """The dict of SGLang's last 'Using default chat sampling params ...' line, or None when absent."""
-    found = STARTUP_LINE.findall(str(journal))
-    if not found:
-        return None
-    value = ast.literal_eval(found[-1])
-    return value if isinstance(value, dict) else None
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"sglang_repetition": sglang_repetition, "sglang_startup_defaults": sglang_startup_defaults}
+        return {
+            "sglang_repetition": sglang_repetition,
+            "sglang_startup_defaults": startup_defaults,
+            "sglang_defaults_missing": defaults_missing,
+        }

@@ -1,17 +1,27 @@
 #!/usr/bin/python3
-"""Merge managed sampling defaults into a model's generation_config.json.
+"""The collection's host-side helper: managed sampling defaults, and what each server started from.
 
-One implementation, used twice: the sglang_generation_config module imports it during a rollout,
-and the units' ExecStartPre runs this file as a script to heal a re-downloaded model before each
-start (`sglang_sampling_defaults.py MANAGED_JSON TARGET_JSON`). Standard library only.
+One implementation, used three ways, standard library only:
+- the sglang_generation_config module imports `merge`/`render` during a rollout;
+- each server unit runs this file before every start (ExecStartPre=+, as root):
+    `sglang_sampling_defaults.py heal MANAGED_JSON TARGET_JSON` puts the managed defaults back into a
+    re-downloaded generation_config.json;
+    `sglang_sampling_defaults.py record RECORD_JSON INPUT...` writes, under /run, the digest of every input
+    the service starts from and the sampling defaults it starts with;
+- the sglang_host_state module imports `inputs_digest` to compare those records with the files now,
+  which is how a rollout decides, from the host's state, what must restart.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
+import time
 from typing import Any
 
 # The keys SGLang reads from generation_config.json (ModelConfig.get_default_sampling_params),
@@ -86,7 +96,7 @@ def load(path: str) -> tuple[dict[str, Any] | None, str | None]:
 def write_atomic(path: str, text: str, mode: int = 0o644, like: str | None = None) -> None:
     """Replace path with text in one rename; keeps the owner and mode of `like` when it exists."""
     directory = os.path.dirname(path) or "."
-    handle, temporary = tempfile.mkstemp(prefix=".generation_config.", dir=directory)
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
@@ -115,16 +125,88 @@ def heal(managed_path: str, target_path: str) -> bool:
     return True
 
 
+STARTUP_LINE = re.compile(r"Using default chat sampling params from model generation config: (\{.*\})")
+
+
+def startup_defaults(journal: str) -> dict[str, Any] | None:
+    """The dict of SGLang's last 'Using default chat sampling params ...' line, or None when absent."""
+    found = STARTUP_LINE.findall(str(journal))
+    if not found:
+        return None
+    try:
+        value = ast.literal_eval(found[-1])
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def defaults_missing(expected: dict[str, Any], logged: dict[str, Any] | None) -> dict[str, Any]:
+    """The expected (non-null) defaults that the logged line does not hold with the same value."""
+    logged = logged or {}
+    return {k: v for k, v in expected.items() if v is not None and (k not in logged or logged[k] != v)}
+
+
+def file_digest(path: str) -> str | None:
+    """sha256 of a file's bytes, or None when it does not exist. Modification times decide nothing."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def inputs_digest(digests: dict[str, str | None]) -> str:
+    """One digest over a set of inputs (path -> file digest, None for absent), independent of order."""
+    text = "".join(f"{path}\0{digests[path] or '-'}\n" for path in sorted(digests))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def started_defaults(paths: list[str]) -> dict[str, Any]:
+    """The five sampling keys of the generation_config.json among the inputs, as SGLang will read them."""
+    for path in paths:
+        if os.path.basename(path) == "generation_config.json":
+            config, _ = load(path)
+            return {k: (config or {})[k] for k in SAMPLING_KEYS if (config or {}).get(k) is not None}
+    return {}
+
+
+def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
+    """Write what this start of the service is made of; read back by the next rollout's plan."""
+    digests = {path: file_digest(path) for path in inputs}
+    entry = {
+        "invocation": os.environ.get("INVOCATION_ID", ""),
+        "digest": inputs_digest(digests),
+        "inputs": digests,
+        "defaults": started_defaults(inputs),
+        "recorded_at": time.time(),
+    }
+    directory = os.path.dirname(record_path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    write_atomic(record_path, json.dumps(entry, indent=2, sort_keys=True) + "\n", mode=0o600)
+    return entry
+
+
+USAGE = """usage: sglang_sampling_defaults.py heal MANAGED_JSON TARGET_GENERATION_CONFIG_JSON
+       sglang_sampling_defaults.py record RECORD_JSON INPUT..."""
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: sglang_sampling_defaults.py MANAGED_JSON TARGET_GENERATION_CONFIG_JSON", file=sys.stderr)
-        return 2
-    managed, target = argv
-    if heal(managed, target):
-        print(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
-    else:
-        print(f"sglang-dsv4: {target} holds the managed sampling defaults")
-    return 0
+    if len(argv) == 3 and argv[0] == "heal":
+        managed, target = argv[1:]
+        if heal(managed, target):
+            print(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
+        else:
+            print(f"sglang-dsv4: {target} holds the managed sampling defaults")
+        return 0
+    if len(argv) >= 3 and argv[0] == "record":
+        entry = record(argv[1], argv[2:])
+        print(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

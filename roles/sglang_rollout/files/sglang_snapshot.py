@@ -1,8 +1,12 @@
 #!/usr/bin/python3
 """Snapshot managed files before a rollout and put them back on rollback.
 
-    sglang_snapshot.py save SNAPSHOT_DIR FILE...   copy each FILE (noting the ones that do not exist)
-    sglang_snapshot.py restore SNAPSHOT_DIR        put them back; files that did not exist are removed
+    sglang_snapshot.py save SNAPSHOT_DIR [--keep N] FILE...   copy each FILE (noting the ones that do not exist);
+                                                             keep the N newest snapshots beside it
+    sglang_snapshot.py restore SNAPSHOT_DIR                    put them back; files that did not exist are removed
+
+Each run saves into its own SNAPSHOT_DIR (named after the run), so a rollback only ever restores the
+snapshot of the run that rolls back, never another run's. Snapshots hold credentials: folders are 0700.
 
 Prints one JSON object: {"restored": [...], "removed": [...]} (restore) or {"saved": [...], "missing": [...]}.
 Run on the host by Ansible's script module; standard library only.
@@ -23,7 +27,8 @@ MANIFEST = "manifest.json"
 def save(snapshot: Path, files: list[str]) -> dict[str, list[str]]:
     staging = snapshot.with_name(snapshot.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True, mode=0o700)
+    staging.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    staging.mkdir(mode=0o700)
     saved, missing = [], []
     for name in files:
         source = Path(name)
@@ -39,6 +44,16 @@ def save(snapshot: Path, files: list[str]) -> dict[str, list[str]]:
     shutil.rmtree(snapshot, ignore_errors=True)
     staging.rename(snapshot)
     return {"saved": saved, "missing": missing}
+
+
+def prune(snapshot: Path, keep: int) -> list[str]:
+    """Remove all but the `keep` newest snapshots in the snapshot's folder (never the given one)."""
+    others = [p for p in snapshot.parent.iterdir() if p.is_dir() and (p / MANIFEST).is_file() and p != snapshot]
+    others.sort(key=lambda p: (p / MANIFEST).stat().st_mtime, reverse=True)
+    removed = others[max(keep - 1, 0) :]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return [str(p) for p in removed]
 
 
 def restore(snapshot: Path) -> dict[str, list[str]]:
@@ -64,7 +79,11 @@ def restore(snapshot: Path) -> dict[str, list[str]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "save":
-        result = save(Path(argv[1]), argv[2:])
+        keep, files = 5, argv[2:]
+        if files[:1] == ["--keep"]:
+            keep, files = int(files[1]), files[2:]
+        result = save(Path(argv[1]), files)
+        result["pruned"] = prune(Path(argv[1]), keep)
     elif len(argv) == 2 and argv[0] == "restore":
         result = restore(Path(argv[1]))
     else:

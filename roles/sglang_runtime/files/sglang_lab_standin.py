@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""LAB TOOL: a GPU-less stand-in for the SGLang 0.5.23 server and sglang-router 0.3.2.
+"""LAB TOOL: a GPU-less stand-in for the SGLang 0.5.23 server (prefill and decode).
 
 It exists so that the units, restarts, health gates and sampling defaults of this collection can be
 tested on hosts without GPUs. It is never installed on a production inventory (the sglang_runtime
@@ -8,7 +8,10 @@ statuses and JSON keys, and resolves sampling parameters exactly as SGLang does;
 tests/contract prove that against the real sglang package. Text comes from a seeded toy sampler.
 
     sglang_lab_standin.py server --model-path DIR --port 30000 --sampling-defaults model ...
-    sglang_lab_standin.py router --pd-disaggregation --prefill URL [BOOTSTRAP] --decode URL ...
+
+The router in front of it is the real sglang-router 0.3.2 (it runs without a GPU); this stand-in answers
+everything that router asks of a worker (/health, /get_model_info, /get_server_info, /v1/models and the
+requests it forwards with bootstrap fields).
 
 Standard library only, so it runs on a bare Debian host.
 """
@@ -26,14 +29,11 @@ import secrets
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 VERSION = "0.5.23"
-ROUTER_VERSION = "0.3.2"
 # The five keys SGLang takes from generation_config.json (ModelConfig.get_default_sampling_params),
 # in SGLang's order, which is also the order of its startup log line.
 MODEL_SAMPLING_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
@@ -397,54 +397,6 @@ class ServerApp(App):
         )
 
 
-class RouterApp(App):
-    """sglang_router.launch_router --pd-disaggregation: fans each request out to prefill and decode."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.worker_key = args.api_key
-        self.prefill = [entry[0] for entry in args.prefill]
-        self.decode = [entry[0] for entry in args.decode]
-
-    def _call(self, url: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        if self.worker_key:
-            request.add_header("Authorization", f"Bearer {self.worker_key}")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as error:
-            return error.code, None
-        except (urllib.error.URLError, OSError):
-            return 503, None
-
-    def healthy(self) -> bool:
-        return all(self._call(url + "/health")[0] == 200 for url in self.prefill + self.decode)
-
-    def handle(self, method: str, path: str, body: dict[str, Any]) -> Reply:
-        if method == "GET" and path in ("/health", "/liveness", "/readiness", "/health_generate"):
-            return (200, None, JSON) if self.healthy() else (503, None, JSON)
-        if method == "GET" and path == "/v1/models":
-            status, payload = self._call(self.decode[0] + path)
-            return status, payload, JSON
-        if method == "GET" and path == "/get_server_info":
-            return (
-                200,
-                {"prefill": self.prefill, "decode": self.decode, "version": ROUTER_VERSION, "lab_standin": True},
-                JSON,
-            )
-        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            room = secrets.randbits(63)
-            fanned = {**body, "bootstrap_room": room}
-            # Both sides build sampling params from their own copy of the defaults; the client sees decode's.
-            self._call(self.prefill[0] + path, "POST", fanned)
-            status, payload = self._call(self.decode[0] + path, "POST", fanned)
-            return status, payload, JSON
-        return _not_found()
-
-
 def _pairs(tokens: list[str]) -> dict[str, Any]:
     pairs: dict[str, Any] = {}
     key = None
@@ -492,21 +444,6 @@ def server_parser() -> argparse.ArgumentParser:
     return p
 
 
-def router_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sglang_router.launch_router (lab stand-in)", allow_abbrev=False)
-    p.add_argument("--pd-disaggregation", action="store_true")
-    p.add_argument("--prefill", nargs="+", action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
-    p.add_argument("--decode", nargs=1, action="append", default=[], metavar="URL")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--api-key")
-    p.add_argument("--policy", default="cache_aware")
-    p.add_argument("--worker-startup-timeout-secs", type=int, default=1800)
-    p.add_argument("--prometheus-host")
-    p.add_argument("--prometheus-port", type=int)
-    return p
-
-
 def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """--config FILE: keys are flag names; flags on the command line win (as in SGLang).
 
@@ -529,33 +466,28 @@ def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> list
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stderr)
-    if not argv or argv[0] not in ("server", "router"):
-        print("usage: sglang_lab_standin.py {server|router} FLAGS...", file=sys.stderr)
+    if not argv or argv[0] != "server":
+        print("usage: sglang_lab_standin.py server FLAGS...", file=sys.stderr)
         return 2
-    role, flags = argv[0], argv[1:]
-    if os.environ.get("SGLANG_LAB_FAIL_START") == "1":
-        # Lab fault injection: a server that never comes up, for rollback tests.
+    flags = argv[1:]
+    fault = os.environ.get("SGLANG_LAB_FAIL_START", "0")
+    if fault == "1":
+        # Lab fault injection: a server that exits at once, for rollback tests.
         log.error("lab fault injection: SGLANG_LAB_FAIL_START=1, exiting before serving")
         return 1
-    if role == "server":
-        parser = server_parser()
-        args, unparsed = parser.parse_known_args(_apply_config_file(parser, flags))
-        app: App = ServerApp(args, unparsed, flags)
-    else:
-        args = router_parser().parse_args(flags)
-        if not (args.pd_disaggregation and args.prefill and args.decode):
-            print("lab stand-in router needs --pd-disaggregation, --prefill and --decode", file=sys.stderr)
-            return 2
-        app = RouterApp(args)
+    parser = server_parser()
+    args, unparsed = parser.parse_known_args(_apply_config_file(parser, flags))
+    app = ServerApp(args, unparsed, flags)
     handler = type("BoundHandler", (Handler,), {"app": app})
     httpd = ThreadingHTTPServer((args.host, args.port), handler)
     httpd.daemon_threads = True
-    if isinstance(app, ServerApp):
+    if fault == "never_ready":
+        # Lab fault injection: a server that runs but never answers /health with 200 (a model that never loads).
+        log.error("lab fault injection: SGLANG_LAB_FAIL_START=never_ready, /health stays 503")
+    else:
         # Model loading takes minutes on the GPU host; the lab keeps a short, visible 503 window.
         delay = float(os.environ.get("SGLANG_LAB_STARTUP_SECONDS", "1"))
         threading.Thread(target=_become_ready, args=(app, delay), daemon=True).start()
-    else:
-        log.info("lab stand-in router on %s:%s, prefill %s, decode %s", args.host, args.port, app.prefill, app.decode)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

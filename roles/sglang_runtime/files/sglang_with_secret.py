@@ -1,14 +1,15 @@
 #!/usr/bin/python3
-"""Start a Python program with `--api-key` read from a systemd credential, not from the command line.
+"""Start a Python program with its keys read from systemd credentials, not from the command line.
 
     sglang_with_secret.py -m MODULE [ARGS...]     (as `python -m MODULE ARGS...`)
     sglang_with_secret.py SCRIPT.py [ARGS...]     (as `python SCRIPT.py ARGS...`)
 
-sglang-router takes its worker API key only as `--api-key` on its command line, where every local user can
-read it in /proc/PID/cmdline. This launcher, run by the unit, reads `$CREDENTIALS_DIRECTORY/api-key`
-(LoadCredential=, a root-only file on disk) and appends `--api-key KEY` to the program's own sys.argv
-before running it in this process: the program sees the flag, /proc/PID/cmdline does not. Without the
-credential it adds nothing. Standard library only.
+sglang-router takes its keys only as flags (`--api-key` for clients and workers, `--control-plane-api-keys`
+for the admin key of /workers, /flush_cache, ...), where every local user could read them in
+/proc/PID/cmdline. This launcher, run by the unit, reads each credential that exists in
+`$CREDENTIALS_DIRECTORY` (LoadCredential=, root-only files on disk) and appends its flag to the program's own
+sys.argv before running it in this process: the program sees the flags, /proc/PID/cmdline does not.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ import runpy
 import sys
 from pathlib import Path
 
+# Credential name -> the flag it becomes.
+CREDENTIAL_FLAGS = (("api-key", "--api-key"), ("admin-key", "--control-plane-api-keys"))
+
 
 def secret_args() -> list[str]:
     directory = os.environ.get("CREDENTIALS_DIRECTORY")
-    if not directory or not Path(directory, "api-key").is_file():
-        return []
-    return ["--api-key", Path(directory, "api-key").read_text().strip()]
+    args: list[str] = []
+    for name, flag in CREDENTIAL_FLAGS:
+        if directory and Path(directory, name).is_file():
+            args += [flag, Path(directory, name).read_text().strip()]
+    return args
 
 
 def main(argv: list[str]) -> int:

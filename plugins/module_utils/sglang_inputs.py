@@ -1,0 +1,170 @@
+"""Input rules for everything the collection renders into a unit, an env file or a command line.
+
+Written once, reached from YAML through the `sglang_input_errors` filter (plugins/filter/sglang_inputs.py),
+so preflight and the tests use the same code. Every message names the variable and the value; for secrets
+the variable and the fault, never the value.
+
+The managed option strings come from the real parsers (sglang 0.5.23 `ServerArgs.add_cli_args`,
+sglang-router 0.3.2 `RouterArgs.add_cli_args`), aliases included; tests/contract holds them to those parsers.
+Both parsers accept unique prefixes (argparse's allow_abbrev), so a prefix of a managed option is refused too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Option string -> the variable that owns what it sets.
+SERVER_MANAGED_OPTIONS: dict[str, str] = {
+    "--model-path": "sglang_common_model_path",
+    "--model": "sglang_common_model_path",
+    "--served-model-name": "sglang_services_served_model_name",
+    "--host": "the collection (servers listen on 127.0.0.1)",
+    "--port": "sglang_services_topology.<service>.port",
+    "--tp-size": "sglang_services_topology.<service>.gpu_ids",
+    "--tensor-parallel-size": "sglang_services_topology.<service>.gpu_ids",
+    "--base-gpu-id": "sglang_services_topology.<service>.gpu_ids",
+    "--sampling-defaults": "sglang_services_sampling_defaults",
+    "--disaggregation-mode": "sglang_services_topology.<service>.mode",
+    "--disaggregation-transfer-backend": "sglang_services_transfer_backend",
+    "--disaggregation-bootstrap-port": "sglang_services_topology.prefill.bootstrap_port",
+    "--disaggregation-ib-device": "sglang_services_ib_device",
+    "--kv-cache-dtype": "sglang_services_kv_cache_dtype",
+    "--config": "the collection (the API key file)",
+    "--api-key": "sglang_services_api_key",
+}
+ROUTER_MANAGED_OPTIONS: dict[str, str] = {
+    "--pd-disaggregation": "the collection",
+    "--prefill": "sglang_services_topology",
+    "--decode": "sglang_services_topology",
+    "--host": "sglang_services_topology.router.host",
+    "--port": "sglang_services_topology.router.port",
+    "--prometheus-host": "sglang_services_topology.router.metrics_host",
+    "--prometheus-port": "sglang_services_topology.router.metrics_port",
+    "--api-key": "sglang_services_api_key",
+    "--control-plane-api-keys": "sglang_services_admin_key",
+    "--tokenizer-path": "sglang_common_model_path",
+    "--model-path": "sglang_common_model_path",
+    "--tls-cert-path": "sglang_services_router_tls_cert",
+    "--tls-key-path": "sglang_services_router_tls_key",
+}
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Environment the units set themselves; an operator's value would be silently overridden or break the split.
+MANAGED_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "HOME", "XDG_CACHE_HOME", "CREDENTIALS_DIRECTORY")
+# Variables earlier versions had, and what replaced them.
+REMOVED_VARIABLES: dict[str, str] = {
+    "sglang_genconfig_model_path": "sglang_common_model_path",
+    "sglang_services_model_path": "sglang_common_model_path",
+    "sglang_rollout_model_path": "sglang_common_model_path",
+    "sglang_rollout_units": "nothing: the units come from sglang_services_topology",
+    "sglang_rollout_lock_timeout": "nothing: a locked host stops the run in the plan (see sglang_rollout_break_lock)",
+    "sglang_verify_health_timeout": "sglang_services_timeout_start_sec",
+}
+
+
+def _control_character(text: str) -> str | None:
+    for char in text:
+        if ord(char) < 0x20 or ord(char) == 0x7F or 0x80 <= ord(char) < 0xA0 or char in "\u2028\u2029":
+            return repr(char)
+    return None
+
+
+def control_character_errors(name: str, value: Any, secret: bool = False) -> list[str]:
+    """Every string inside value (keys included) that holds a newline or another control character."""
+    if isinstance(value, dict):
+        errors: list[str] = []
+        for key, item in value.items():
+            errors += control_character_errors(f"{name} key", key, secret)
+            errors += control_character_errors(f"{name}.{key}", item, secret)
+        return errors
+    if isinstance(value, (list, tuple)):
+        return [e for i, item in enumerate(value) for e in control_character_errors(f"{name}[{i}]", item, secret)]
+    if isinstance(value, str):
+        found = _control_character(value)
+        if found:
+            shown = "the value" if secret else repr(value)
+            return [f"{name}: {shown} holds the control character {found}; it would end up in a unit or command line"]
+    return []
+
+
+def _option_name(word: str) -> str | None:
+    if not word.startswith("--") or len(word) == 2:
+        return None
+    return word.split("=", 1)[0]
+
+
+def managed_flag_errors(name: str, flags: Any, managed: dict[str, str]) -> list[str]:
+    """Flags that set (or, as an abbreviation argparse accepts, would set) an option the collection manages."""
+    if not isinstance(flags, list):
+        return []
+    errors = []
+    for index, token in enumerate(flags):
+        option = _option_name(str(token))
+        if option is None:
+            continue
+        hits = sorted(m for m in managed if m == option or m.startswith(option))
+        if hits:
+            owner = managed[hits[0]]
+            errors.append(
+                f"{name}[{index}]={token!r} sets {', '.join(hits)}, which the collection manages (set {owner} instead)"
+            )
+    return errors
+
+
+def environment_errors(name: str, environment: Any) -> list[str]:
+    if not isinstance(environment, dict):
+        return [f"{name}={environment!r} must be a mapping of variable names to values"]
+    errors = []
+    for key, value in environment.items():
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            errors.append(f"{name}: {key!r} is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        elif key in MANAGED_ENVIRONMENT:
+            errors.append(f"{name}: {key} is set by the collection and may not be overridden")
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            errors.append(f"{name}.{key}={value!r} must be a string or a number")
+    return errors
+
+
+def removed_variable_errors(defined: list[str]) -> list[str]:
+    return [
+        f"{variable} was removed; use {REMOVED_VARIABLES[variable]}"
+        for variable in sorted(defined)
+        if variable in REMOVED_VARIABLES
+    ]
+
+
+def path_errors(name: str, value: Any) -> list[str]:
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or " " in value
+        or (len(value) > 1 and value.endswith("/"))
+    ):
+        return [f"{name}={value!r} must be an absolute path without spaces or a trailing slash"]
+    return []
+
+
+def input_errors(values: dict[str, Any], secrets: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> list[str]:
+    """Control characters anywhere, plus the rules that belong to particular variables."""
+    errors: list[str] = []
+    for name, value in values.items():
+        errors += control_character_errors(name, value, secret=name in secrets)
+        if name in paths:
+            errors += path_errors(name, value)
+    if "sglang_services_environment" in values:
+        errors += environment_errors("sglang_services_environment", values["sglang_services_environment"])
+    if "sglang_services_server_flags" in values:
+        errors += managed_flag_errors(
+            "sglang_services_server_flags", values["sglang_services_server_flags"], SERVER_MANAGED_OPTIONS
+        )
+    topology = values.get("sglang_services_topology")
+    if isinstance(topology, dict):
+        for service, settings in topology.items():
+            if not isinstance(settings, dict):
+                continue
+            managed = ROUTER_MANAGED_OPTIONS if settings.get("mode") == "router" else SERVER_MANAGED_OPTIONS
+            errors += managed_flag_errors(
+                f"sglang_services_topology.{service}.extra_flags", settings.get("extra_flags"), managed
+            )
+    return errors

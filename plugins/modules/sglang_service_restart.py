@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Ansible module: restart the SGLang services a plan names, and wait for them within one start timeout."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_service_restart
+short_description: Restart prefill and decode together (their target) and/or the router, then wait, bounded
+description:
+  - The one way this collection restarts services. Optionally reloads systemd, queues the restarts
+    (C(systemctl --no-block)), then waits until every listed unit is active and its URL answers 200.
+  - Bounded by one start timeout plus C(margin) seconds in all. Fails at once, naming the unit and quoting its
+    journal, when a unit enters C(failed) or C(auto-restart) (its start failed and systemd would retry).
+  - Units that are not installed (after a rollback of a first deploy) are left alone.
+  - In check mode it reports what it would do and does nothing.
+options:
+  daemon_reload:
+    description: Run C(systemctl daemon-reload) first.
+    type: bool
+    default: false
+  restart:
+    description: Units to restart, in order (the servers' target, the router).
+    type: list
+    elements: str
+    default: []
+  start:
+    description: Units to start if they are not running (no restart when they are).
+    type: list
+    elements: str
+    default: []
+  wait:
+    description: Units to wait for, each C(name) and C(health_url) (C(/health) of a server, C(/readiness) of the
+      router).
+    type: list
+    elements: dict
+    default: []
+  timeout:
+    description: The units' start timeout (TimeoutStartSec), in seconds.
+    type: int
+    required: true
+  margin:
+    description: Seconds allowed beyond the start timeout.
+    type: int
+    default: 15
+author: dsv4 deployment team
+"""
+
+EXAMPLES = r"""
+- name: Restart prefill and decode together and wait for them and the router
+  dsv4.sglang.sglang_service_restart:
+    restart: [sglang-dsv4.target]
+    wait:
+      - {name: sglang-dsv4-prefill, health_url: "http://127.0.0.1:30000/health"}
+      - {name: sglang-dsv4-decode, health_url: "http://127.0.0.1:30001/health"}
+      - {name: sglang-dsv4-router, health_url: "http://127.0.0.1:8000/readiness"}
+    timeout: 1800
+"""
+
+RETURN = r"""
+waited:
+  description: Seconds spent waiting.
+  returned: always
+  type: float
+units:
+  description: Per waited unit, its last ActiveState/SubState and URL status.
+  returned: always
+  type: dict
+"""
+
+import ssl
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def url_status(url: str) -> int:
+    context = ssl._create_unverified_context() if url.startswith("https://") else None  # noqa: S323 - own cert on loopback
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+PROPERTIES = ("ActiveState", "SubState", "LoadState", "InvocationID", "ConsistsOf")
+
+
+def unit_props(module: AnsibleModule, name: str) -> dict[str, str]:
+    argv = ["systemctl", "show", name, *(f"--property={p}" for p in PROPERTIES)]
+    _, out, _ = module.run_command(argv)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def installed(module: AnsibleModule, name: str) -> bool:
+    return unit_props(module, name).get("LoadState") not in ("not-found", None)
+
+
+def journal_tail(module: AnsibleModule, name: str) -> str:
+    _, out, _ = module.run_command(["journalctl", "--no-pager", "-o", "cat", "-n", "12", "-u", name])
+    return out.strip()
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "daemon_reload": {"type": "bool", "default": False},
+            "restart": {"type": "list", "elements": "str", "default": []},
+            "start": {"type": "list", "elements": "str", "default": []},
+            "wait": {"type": "list", "elements": "dict", "default": []},
+            "timeout": {"type": "int", "required": True},
+            "margin": {"type": "int", "default": 15},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    acting = bool(p["daemon_reload"] or p["restart"] or p["start"])
+    if module.check_mode:
+        module.exit_json(changed=acting, waited=0.0, units={})
+    if p["daemon_reload"]:
+        module.run_command(["systemctl", "daemon-reload"], check_rc=True)
+    # Units this call (re)starts must come up as a new invocation: the old process answering /health, or an old
+    # "failed" state, says nothing about the new start. A target's restart restarts what is PartOf it.
+    before = {u["name"]: unit_props(module, u["name"]).get("InvocationID", "") for u in p["wait"]}
+    fresh: set[str] = set()
+    for verb in ("restart", "start"):
+        for name in p[verb]:
+            props = unit_props(module, name)
+            if props.get("LoadState") in ("not-found", None):
+                continue
+            if verb == "start" and props.get("ActiveState") == "active":
+                continue
+            fresh.add(name.removesuffix(".service"))
+            if verb == "restart":
+                fresh.update(u.removesuffix(".service") for u in props.get("ConsistsOf", "").split())
+            module.run_command(["systemctl", "reset-failed", name], check_rc=False)
+            module.run_command(["systemctl", verb, "--no-block", name], check_rc=True)
+
+    started = time.monotonic()
+    deadline = started + p["timeout"] + p["margin"]
+    wait = [u for u in p["wait"] if installed(module, u["name"])]
+    units = {u["name"]: {"url": u["health_url"], "active": "", "sub": "", "status": 0} for u in wait}
+    pending = set(units)
+    while pending:
+        for name in sorted(pending):
+            entry = units[name]
+            props = unit_props(module, name)
+            entry["active"], entry["sub"] = props.get("ActiveState", "unknown"), props.get("SubState", "unknown")
+            if name.removesuffix(".service") in fresh and props.get("InvocationID", "") == before.get(name, ""):
+                # The queued job has not begun yet.
+                continue
+            if entry["active"] == "failed" or entry["sub"] == "auto-restart":
+                module.fail_json(
+                    msg=f"{name} did not start: it is {entry['active']} ({entry['sub']}) after "
+                    f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(module, name)}",
+                    units=units,
+                    waited=round(time.monotonic() - started, 1),
+                )
+            if entry["active"] == "active" and entry["sub"] == "running":
+                entry["status"] = url_status(entry["url"])
+                if entry["status"] == 200:
+                    pending.discard(name)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            late = ", ".join(
+                f"{n} ({units[n]['active']}/{units[n]['sub']}, {units[n]['url']} -> {units[n]['status']})"
+                for n in sorted(pending)
+            )
+            module.fail_json(
+                msg=f"not ready within the start timeout of {p['timeout']} s (+{p['margin']} s): {late}",
+                units=units,
+                waited=round(time.monotonic() - started, 1),
+            )
+        time.sleep(0.5)
+    module.exit_json(changed=acting, waited=round(time.monotonic() - started, 1), units=units)
+
+
+if __name__ == "__main__":
+    main()
