@@ -34,6 +34,13 @@ def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str
     return lines
 
 
+def sglang_pending(files: list[dict[str, Any]], changes: list[str] | None) -> list[dict[str, Any]]:
+    """The desired files still to write: those whose path differs now, or all when no rollout read the host."""
+    if changes is None:
+        return list(files)
+    return [f for f in files if f["path"] in changes]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"sglang_plan_table": sglang_plan_table}
+        return {"sglang_plan_table": sglang_plan_table, "sglang_pending": sglang_pending}
