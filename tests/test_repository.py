@@ -123,23 +123,30 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
                     "gather_facts": False,
                     "tasks": [
                         {
-                            "name": "Launchers",
+                            "name": "Runtime checks and launchers",
                             "ansible.builtin.include_role": {
                                 "name": "dsv4.sglang.sglang_runtime",
-                                "tasks_from": "launcher.yml",
+                                "tasks_from": "preflight",
+                            },
+                            "vars": {"sglang_runtime_kind": "lab_standin", "sglang_runtime_environment": "lab"},
+                        },
+                        {
+                            "name": "Units rendered from the installed collection's template",
+                            "ansible.builtin.include_role": {
+                                "name": "dsv4.sglang.sglang_services",
+                                "tasks_from": "desired",
                             },
                             "vars": {"sglang_runtime_kind": "lab_standin"},
                         },
                         {
-                            "name": "Topology check",
-                            "ansible.builtin.include_role": {
-                                "name": "dsv4.sglang.sglang_services",
-                                "tasks_from": "render.yml",
+                            "name": "Write the prefill unit",
+                            "ansible.builtin.copy": {
+                                "dest": str(tmp_path / "units/sglang-dsv4-prefill.service"),
+                                "content": "{{ (sglang_services_desired.files | selectattr('unit', 'defined')"
+                                " | first).content }}",
+                                "mode": "0644",
                             },
-                            "vars": {
-                                "_sglang_services_stage_dir": str(tmp_path / "units"),
-                                "ansible_python_interpreter": sys.executable,
-                            },
+                            "vars": {"ansible_python_interpreter": sys.executable},
                         },
                     ],
                 }

@@ -19,7 +19,6 @@ LAUNCHERS = (
     ("-m", "sglang.launch_server"),
     ("-m", "sglang_router.launch_router"),
     ("sglang_lab_standin.py", "server"),
-    ("sglang_lab_standin.py", "router"),
 )
 
 

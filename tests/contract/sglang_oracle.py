@@ -48,6 +48,13 @@ def _options(add_cli_args: Any, **kwargs: Any) -> list[str]:
     return sorted(opt for action in parser._actions for opt in action.option_strings)
 
 
+def _aliases(add_cli_args: Any, **kwargs: Any) -> list[list[str]]:
+    """Each option's strings together (an option and its aliases set the same value)."""
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser, **kwargs)
+    return [list(action.option_strings) for action in parser._actions if action.option_strings]
+
+
 def _parse(parse: Any, argv: list[str], keys: tuple[str, ...] = REPORTED) -> dict[str, Any]:
     err = io.StringIO()
     try:
@@ -63,16 +70,36 @@ def _parse(parse: Any, argv: list[str], keys: tuple[str, ...] = REPORTED) -> dic
 def servers(argvs: list[list[str]]) -> dict[str, Any]:
     from sglang.srt.server_args import ServerArgs, prepare_server_args
 
-    return {"options": _options(ServerArgs.add_cli_args), "results": [_parse(prepare_server_args, a) for a in argvs]}
+    return {
+        "options": _options(ServerArgs.add_cli_args),
+        "aliases": _aliases(ServerArgs.add_cli_args),
+        "results": [_parse(prepare_server_args, a) for a in argvs],
+    }
 
 
 def routers(argvs: list[list[str]]) -> dict[str, Any]:
     from sglang_router.launch_router import parse_router_args
     from sglang_router.router_args import RouterArgs
 
-    keys = ("prefill_urls", "decode_urls", "pd_disaggregation", "host", "port", "api_key")
+    keys = (
+        "prefill_urls",
+        "decode_urls",
+        "pd_disaggregation",
+        "host",
+        "port",
+        "api_key",
+        "prometheus_host",
+        "prometheus_port",
+        "tokenizer_path",
+        "server_cert_path",
+        "server_key_path",
+    )
     results = [_parse(parse_router_args, argv, keys) for argv in argvs]
-    return {"options": _options(RouterArgs.add_cli_args, use_router_prefix=False), "results": results}
+    return {
+        "options": _options(RouterArgs.add_cli_args, use_router_prefix=False),
+        "aliases": _aliases(RouterArgs.add_cli_args, use_router_prefix=False),
+        "results": results,
+    }
 
 
 def _sglang_method(relative_path: str, class_name: str, name: str) -> Any:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
+
 from .conftest import ROOT, exec_start_argv, flags_after_launcher
 
 sys.path.insert(0, str(ROOT / "roles/sglang_runtime/files"))
@@ -87,11 +89,18 @@ def test_rendered_router_command_line_parses(parsed: dict[str, Any], index: int)
     assert set(_flag_names(parsed["routers"][index])) <= set(parsed["answer"]["router"]["options"])
     values = result["values"]
     assert values["pd_disaggregation"] is True
-    prefill_port, bootstrap, decode_port = {"dsv4-gpu-01": (30000, 8998, 30001), "lab-render": (31011, 31013, 31012)}[
-        HOSTS[index]
-    ]
+    prefill_port, bootstrap, decode_port, metrics = {
+        "dsv4-gpu-01": (30000, 8998, 30001, 29000),
+        "lab-render": (31011, 31013, 31012, 31014),
+    }[HOSTS[index]]
     assert values["prefill_urls"] == [[f"http://127.0.0.1:{prefill_port}", bootstrap]]
     assert values["decode_urls"] == [f"http://127.0.0.1:{decode_port}"]
+    # Without these the router would listen for metrics on 0.0.0.0:29000 and fetch a tokenizer from the Hub.
+    assert (values["prometheus_host"], values["prometheus_port"]) == ("127.0.0.1", metrics)
+    assert values["tokenizer_path"] == "/srv/models/DeepSeek-V4-Flash"
+    assert values["host"] == "127.0.0.1"
+    # Keys are never on the command line: the launcher adds them from credentials.
+    assert values["api_key"] is None
 
 
 @pytest.mark.parametrize("offset", range(5))
@@ -114,10 +123,53 @@ def test_wrong_router_flag_or_value_is_refused(parsed: dict[str, Any], offset: i
 
 
 def test_standin_flags_exist_in_real_sglang(parsed: dict[str, Any]) -> None:
-    for kind, parser in (("server", standin.server_parser()), ("router", standin.router_parser())):
-        real = set(parsed["answer"][kind]["options"])
-        mine = {option for action in parser._actions for option in action.option_strings} - {"-h", "--help"}
-        assert mine <= real, (kind, mine - real)
+    real = set(parsed["answer"]["server"]["options"])
+    mine = {option for action in standin.server_parser()._actions for option in action.option_strings}
+    assert mine - {"-h", "--help"} <= real, mine - real
+
+
+# --- flags the collection manages: refused in extra_flags, as the real parsers would read them ---------
+
+MANAGED = {"server": rules.SERVER_MANAGED_OPTIONS, "router": rules.ROUTER_MANAGED_OPTIONS}
+
+
+def _argparse_target(option: str, options: list[str]) -> str | None:
+    """The option argparse (allow_abbrev) resolves a --name to: exact, else a unique prefix, else None."""
+    if option in options:
+        return option
+    hits = [o for o in options if o.startswith(option)]
+    return hits[0] if len(hits) == 1 else None
+
+
+@pytest.mark.parametrize("kind", ["server", "router"])
+def test_managed_options_and_all_their_aliases_come_from_the_real_parser(parsed: dict[str, Any], kind: str) -> None:
+    real = parsed["answer"][kind]
+    assert set(MANAGED[kind]) <= set(real["options"]), set(MANAGED[kind]) - set(real["options"])
+    for strings in real["aliases"]:
+        if set(strings) & set(MANAGED[kind]):
+            assert set(strings) <= set(MANAGED[kind]), f"alias missing from the managed list: {strings}"
+
+
+@pytest.mark.parametrize("kind", ["server", "router"])
+def test_every_spelling_argparse_maps_to_a_managed_option_is_refused(parsed: dict[str, Any], kind: str) -> None:
+    options = parsed["answer"][kind]["options"]
+    checked = 0
+    for managed in MANAGED[kind]:
+        for end in range(3, len(managed) + 1):
+            spelling = managed[:end]
+            if _argparse_target(spelling, options) in MANAGED[kind]:
+                for flags in ([spelling, "x"], [f"{spelling}=x"]):
+                    assert rules.managed_flag_errors("v", flags, MANAGED[kind]), flags
+                    checked += 1
+    assert checked > 2 * len(MANAGED[kind])
+
+
+@pytest.mark.parametrize("kind", ["server", "router"])
+def test_no_option_the_collection_leaves_alone_is_refused(parsed: dict[str, Any], kind: str) -> None:
+    unmanaged = [o for o in parsed["answer"][kind]["options"] if o.startswith("--") and o not in MANAGED[kind]]
+    assert len(unmanaged) > 50
+    refused = [o for o in unmanaged if rules.managed_flag_errors("v", [o], MANAGED[kind])]
+    assert refused == []
 
 
 # --- sampling: generation_config.json x request body x --sampling-defaults ------------------------

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import copy
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.dsv4.sglang.plugins.filter import sglang_services as f
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/sglang_services"
-sys.path.insert(0, str(ROOT / "plugins/filter"))
-import sglang_services as f  # noqa: E402
 
 DEFAULT = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 TOPOLOGY = DEFAULT["sglang_services_topology"]
+LAYOUT = yaml.safe_load((ROOT / "roles/sglang_common/vars/main.yml").read_text())["_sglang_common_layout"]
+LAYOUT["generation_config"] = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 SETTINGS = {
+    "layout": LAYOUT,
     "launcher": {
         "server": ["/py", "-m", "sglang.launch_server"],
         "router": ["/py", "-m", "sglang_router.launch_router"],
+        "server_files": [],
+        "router_files": ["/usr/local/libexec/sglang-dsv4/sglang_with_secret.py"],
     },
     "model_path": "/srv/models/DeepSeek-V4-Flash",
     "served_model_name": "dsv4",
@@ -120,10 +123,68 @@ def test_ib_device_and_extra_flags_are_rendered():
 
 
 def test_credentials_specifier_survives_quoting_and_config_is_rendered():
-    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "config_file": "%d/server-config.yaml"})}
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "api_key": True})}
     assert "--config %d/server-config.yaml" in " ".join(specs["prefill"]["argv"])
     assert "--config" not in specs["router"]["argv"]
+    assert specs["prefill"]["credentials"] == {"server-config.yaml": "/etc/sglang-dsv4/credentials/prefill"}
+    assert specs["router"]["credentials"] == {
+        "api-key": "/etc/sglang-dsv4/credentials/router",
+        "admin-key": "/etc/sglang-dsv4/credentials/router-admin",
+    }
     assert f.sglang_systemd_argv(["--config", "%d/server-config.yaml", "50%"]) == "--config %d/server-config.yaml 50%%"
+
+
+def test_without_a_client_key_the_router_still_gets_its_admin_key_and_servers_no_config():
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, SETTINGS)}
+    assert "--config" not in specs["prefill"]["argv"]
+    assert specs["prefill"]["credentials"] == {}
+    assert specs["router"]["credentials"] == {"admin-key": "/etc/sglang-dsv4/credentials/router-admin"}
+
+
+def test_inputs_are_what_each_service_starts_from():
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "api_key": True})}
+    assert specs["prefill"]["inputs"] == [
+        "/etc/systemd/system/sglang-dsv4-prefill.service",
+        "/etc/sglang-dsv4/prefill.env",
+        "/etc/sglang-dsv4/credentials/prefill",
+        "/srv/models/DeepSeek-V4-Flash/generation_config.json",
+    ]
+    assert specs["router"]["inputs"] == [
+        "/etc/systemd/system/sglang-dsv4-router.service",
+        "/etc/sglang-dsv4/router.env",
+        "/etc/sglang-dsv4/credentials/router",
+        "/etc/sglang-dsv4/credentials/router-admin",
+        "/usr/local/libexec/sglang-dsv4/sglang_with_secret.py",
+    ]
+
+
+@pytest.mark.parametrize(
+    "host,tls,url",
+    [
+        ("0.0.0.0", False, "http://127.0.0.1:8000"),  # noqa: S104 - the wildcard maps to loopback
+        ("::", False, "http://[::1]:8000"),
+        ("192.0.2.5", True, "https://192.0.2.5:8000"),
+        ("127.0.0.1", False, "http://127.0.0.1:8000"),
+    ],
+)
+def test_router_is_checked_where_it_really_listens(host, tls, url):
+    assert f.router_url({"host": host, "port": 8000}, tls) == url
+
+
+def test_router_always_gets_metrics_listener_and_tokenizer_and_readiness_gate():
+    router = next(s for s in f.sglang_unit_specs(TOPOLOGY, SETTINGS) if s["key"] == "router")
+    joined = " ".join(router["argv"])
+    assert "--prometheus-host 127.0.0.1 --prometheus-port 29000" in joined
+    assert "--tokenizer-path /srv/models/DeepSeek-V4-Flash" in joined
+    assert router["health_url"] == "http://127.0.0.1:8000/readiness"
+    tls = next(
+        s
+        for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "router_tls": {"cert": "/etc/c.pem", "key": "/etc/k.pem"}})
+        if s["key"] == "router"
+    )
+    assert "--tls-cert-path %d/tls-cert --tls-key-path %d/tls-key" in " ".join(tls["argv"])
+    assert tls["credentials"]["tls-cert"] == "/etc/c.pem"
+    assert tls["health_url"].startswith("https://")
 
 
 @pytest.mark.parametrize("argv", [["/py", "-m", "x"], ["/py", "--x", "a b", "50%", 'say "hi"', "$HOME"]])

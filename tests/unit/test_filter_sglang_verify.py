@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins/filter"))
-import sglang_verify as f
+from ansible_collections.dsv4.sglang.plugins.filter import sglang_verify as f
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import defaults_missing
 
 
 def test_repetition_is_zero_for_varied_text_and_high_for_a_loop():
@@ -21,5 +18,13 @@ def test_startup_defaults_takes_the_last_line():
         "[t] Using default chat sampling params from model generation config: {'temperature': 0.6}\n"
         "[t] Using default chat sampling params from model generation config: {'temperature': 0.7, 'top_p': 0.95}\n"
     )
-    assert f.sglang_startup_defaults(journal) == {"temperature": 0.7, "top_p": 0.95}
-    assert f.sglang_startup_defaults("nothing here") is None
+    assert f.FilterModule().filters()["sglang_startup_defaults"](journal) == {"temperature": 0.7, "top_p": 0.95}
+    assert f.FilterModule().filters()["sglang_startup_defaults"]("nothing here") is None
+
+
+def test_defaults_missing_names_what_the_startup_line_lacks():
+    assert (
+        defaults_missing({"temperature": 0.6, "top_p": 0.95, "top_k": None}, {"temperature": 0.6, "top_p": 0.95}) == {}
+    )
+    assert defaults_missing({"temperature": 0.6}, {"temperature": 0.7}) == {"temperature": 0.6}
+    assert defaults_missing({"temperature": 0.6}, None) == {"temperature": 0.6}

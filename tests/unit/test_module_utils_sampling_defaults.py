@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as sd
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins/module_utils"))
-import sglang_sampling_defaults as sd  # noqa: E402
 
 PLANTED = (ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text()
 PROJECT = {"temperature": 0.6, "top_p": 0.95, "top_k": None, "min_p": None, "repetition_penalty": None}
@@ -81,7 +79,7 @@ def test_heal_creates_a_missing_file(tmp_path):
     managed = tmp_path / "managed.json"
     managed.write_text(json.dumps(PROJECT))
     target = tmp_path / "generation_config.json"
-    assert sd.main([str(managed), str(target)]) == 0
+    assert sd.main(["heal", str(managed), str(target)]) == 0
     assert json.loads(target.read_text()) == {"temperature": 0.6, "top_p": 0.95, "do_sample": True}
 
 

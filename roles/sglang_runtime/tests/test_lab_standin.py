@@ -1,4 +1,4 @@
-"""The lab stand-in as a process: its HTTP surface, API key, startup line, sampling and router."""
+"""The lab stand-in as a process: its HTTP surface, API key, startup line and sampling, behind the real router."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 STANDIN = Path(__file__).resolve().parents[1] / "files/sglang_lab_standin.py"
+LAB_MODEL = Path(__file__).resolve().parents[3] / "roles/lab_hosts/files/model"
 sys.path.insert(0, str(STANDIN.parent))
 import sglang_lab_standin as standin  # noqa: E402
 
@@ -52,9 +53,9 @@ def wait_status(url: str, status: int, timeout: float = 10) -> None:
 
 
 class Proc:
-    def __init__(self, *args: str, env: dict | None = None) -> None:
+    def __init__(self, *args: str, env: dict | None = None, program: list[str] | None = None) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, str(STANDIN), *args],
+            [*(program or [sys.executable, str(STANDIN)]), *args],
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "SGLANG_LAB_STARTUP_SECONDS": "0.3", **(env or {})},
@@ -69,7 +70,17 @@ class Proc:
 def model(tmp_path: Path) -> Path:
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "eos_token_id": 1}))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_text((LAB_MODEL / name).read_text())
     return tmp_path
+
+
+def real_router() -> list[str]:
+    """The real sglang-router 0.3.2 of the contract venv (scripts/test.sh sets SGLANG_CONTRACT_PYTHON)."""
+    python = os.environ.get("SGLANG_CONTRACT_PYTHON")
+    if not python:
+        pytest.skip("SGLANG_CONTRACT_PYTHON is not set: run through scripts/test.sh")
+    return [python, "-m", "sglang_router.launch_router"]
 
 
 @pytest.fixture
@@ -98,15 +109,27 @@ def stack(model: Path):
     )
     decode = Proc("server", *common, "--port", str(ports["decode"]), "--disaggregation-mode", "decode")
     router = Proc(
-        "router",
         "--pd-disaggregation",
         "--prefill",
         f"http://127.0.0.1:{ports['prefill']}",
         str(ports["bootstrap"]),
         "--decode",
         f"http://127.0.0.1:{ports['decode']}",
+        "--host",
+        "127.0.0.1",
         "--port",
         str(ports["router"]),
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
+        "--tokenizer-path",
+        str(model),
+        "--health-check-interval-secs",
+        "1",
+        "--health-failure-threshold",
+        "1",
+        program=real_router(),
     )
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     procs = {"prefill": prefill, "decode": decode, "router": router}
@@ -138,7 +161,7 @@ def test_health_is_503_while_loading_then_200(model):
 
 def test_servers_log_like_sglang_and_router_waits_for_both(stack):
     urls, procs = stack
-    wait_status(urls["router"] + "/health", 200)
+    wait_status(urls["router"] + "/readiness", 200, timeout=30)
     for url in (urls["prefill"], urls["decode"]):
         assert call(url + "/ready")[0] == 200
         assert call(url + "/health_generate")[0] == 200
@@ -166,7 +189,7 @@ def test_info_endpoints_have_sglang_keys(stack):
 
 def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
     urls, _ = stack
-    wait_status(urls["router"] + "/health", 200)
+    wait_status(urls["router"] + "/readiness", 200, timeout=30)
     answers = [chat(urls["router"]) for _ in range(4)]
     for answer in answers:
         assert answer["sglang_lab"]["sampling_params"] == {
@@ -200,11 +223,13 @@ def test_completions_use_fixed_defaults(stack):
     assert call(urls["decode"] + "/v1/completions", {"prompt": "x", "temperature": None})[0] == 400
 
 
-def test_router_is_unhealthy_when_a_server_is_down(stack):
+def test_real_router_is_ready_only_while_both_workers_are_healthy(stack):
     urls, procs = stack
-    wait_status(urls["router"] + "/health", 200)
+    wait_status(urls["router"] + "/readiness", 200, timeout=30)
     procs["decode"].stop()
-    wait_status(urls["router"] + "/health", 503)
+    wait_status(urls["router"] + "/readiness", 503, timeout=30)
+    # /health says only that the router process is up.
+    assert call(urls["router"] + "/health")[0] == 200
 
 
 def test_api_key_from_config_file_is_enforced_except_on_health_and_metrics(model, tmp_path):
@@ -229,6 +254,6 @@ def test_openai_sampling_defaults_ignore_the_file(model):
     assert standin.model_default_sampling_params(str(model), "model") == {"temperature": 0.6, "top_p": 0.95}
 
 
-def test_unknown_mode_and_missing_router_flags_exit_2():
+def test_only_the_server_is_imitated():
     assert standin.main([]) == 2
     assert standin.main(["router", "--port", "1"]) == 2

@@ -1,0 +1,100 @@
+"""What restarts, and when (module_utils/sglang_plan.py) and the start records it reads."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_plan as plan
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as sd
+
+RUNNING = {"active": "active", "invocation": "inv-1", "need_reload": False}
+GROUPS = {"sglang-dsv4-prefill": "servers", "sglang-dsv4-decode": "servers", "sglang-dsv4-router": "router"}
+
+
+def status(unit=RUNNING, record_digest="d-now", desired="d-now", current="d-now", invocation="inv-1"):
+    record = {"digest": record_digest, "invocation": invocation} if record_digest else None
+    return plan.unit_status(unit, record, desired, current)
+
+
+def test_a_service_started_from_what_its_inputs_will_be_is_current():
+    assert status() == plan.CURRENT
+
+
+def test_a_file_this_run_changes_restarts_the_service():
+    assert status(desired="d-next") == "its inputs change in this run"
+
+
+def test_a_change_a_killed_run_left_behind_restarts_the_service():
+    # The file already holds the new content (no change in this run), the process still the old one.
+    assert status(record_digest="d-old") == "started from inputs that have changed since"
+
+
+def test_no_record_or_a_record_of_another_start_is_unknown():
+    assert status(record_digest=None) == plan.UNKNOWN
+    assert status(invocation="inv-0") == plan.UNKNOWN
+
+
+def test_stopped_and_unloaded_units_restart():
+    assert status(unit={**RUNNING, "active": "failed"}).startswith("not running")
+    assert status(unit={**RUNNING, "need_reload": True}) == "unit file changed on disk and is not loaded"
+
+
+def test_nothing_to_do_is_an_empty_plan():
+    decided = plan.decide([], dict.fromkeys(GROUPS, plan.CURRENT), GROUPS)
+    assert decided["empty"] and decided["restart"] == {"servers": [], "router": []}
+
+
+def test_one_server_restarts_both_through_its_group_and_leaves_the_router():
+    statuses = {**dict.fromkeys(GROUPS, plan.CURRENT), "sglang-dsv4-decode": "its inputs change in this run"}
+    decided = plan.decide(["/srv/models/m/generation_config.json"], statuses, GROUPS)
+    assert decided["restart"]["servers"] == ["sglang-dsv4-decode: its inputs change in this run"]
+    assert decided["restart"]["router"] == []
+    assert not decided["empty"]
+
+
+def test_unknown_evidence_restarts_only_when_the_light_proof_fails():
+    statuses = {**dict.fromkeys(GROUPS, plan.UNKNOWN)}
+    assert plan.decide([], statuses, GROUPS)["empty"]
+    failed = plan.decide([], statuses, GROUPS, {"servers": ["prefill: /health answered 503"], "router": []})
+    assert failed["restart"]["servers"] == [
+        "sglang-dsv4-decode: no start record, and the light proof failed",
+        "sglang-dsv4-prefill: no start record, and the light proof failed",
+    ]
+    assert failed["restart"]["router"] == []
+
+
+def test_a_failed_light_proof_with_current_evidence_still_restarts_the_group_once():
+    decided = plan.decide([], dict.fromkeys(GROUPS, plan.CURRENT), GROUPS, {"router": ["router: 503"], "servers": []})
+    assert decided["restart"]["router"] == ["light proof: router: 503"]
+
+
+def test_unmet_preconditions_make_the_plan_non_empty():
+    decided = plan.decide([], dict.fromkeys(GROUPS, plan.CURRENT), GROUPS, unmet=["enable sglang-dsv4-router"])
+    assert not decided["empty"] and decided["other"] == ["enable sglang-dsv4-router"]
+
+
+def test_record_holds_the_digest_of_its_inputs_and_the_defaults(tmp_path, monkeypatch):
+    config = tmp_path / "generation_config.json"
+    config.write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "eos_token_id": 1}))
+    unit = tmp_path / "x.service"
+    unit.write_text("[Service]\n")
+    missing = tmp_path / "credential"
+    monkeypatch.setenv("INVOCATION_ID", "inv-9")
+    entry = sd.record(str(tmp_path / "run/x.json"), [str(unit), str(config), str(missing)])
+    assert entry["invocation"] == "inv-9"
+    assert entry["defaults"] == {"temperature": 0.6, "top_p": 0.95}
+    assert entry["inputs"][str(missing)] is None
+    digests = {p: sd.file_digest(p) for p in (str(unit), str(config), str(missing))}
+    assert entry["digest"] == sd.inputs_digest(digests)
+    assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+    assert json.loads((tmp_path / "run/x.json").read_text())["digest"] == entry["digest"]
+
+
+def test_touching_a_file_keeps_its_digest_and_an_edit_changes_it(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("a")
+    before = sd.inputs_digest({str(path): sd.file_digest(str(path))})
+    path.touch()
+    assert sd.inputs_digest({str(path): sd.file_digest(str(path))}) == before
+    path.write_text("b")
+    assert sd.inputs_digest({str(path): sd.file_digest(str(path))}) != before
