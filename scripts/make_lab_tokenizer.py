@@ -29,7 +29,8 @@ def vocabulary() -> list[str]:
 
 def main(target: str) -> int:
     words = SPECIAL + [w for w in vocabulary() if w not in SPECIAL]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    unknown = SPECIAL[0]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=unknown))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     out = Path(target)
     tokenizer.save(str(out / "tokenizer.json"))

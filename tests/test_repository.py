@@ -196,3 +196,12 @@ def test_readme_documents_every_role():
     import role_docs
 
     assert set(role_docs.ROLE_ORDER) == set(ROLES)
+
+
+def test_every_role_variable_has_a_bad_input_case():
+    cases = yaml.safe_load((ROOT / "tests/bad_inputs.yml").read_text())
+    covered = {name for table in cases.values() for case in table for name in case["vars"]}
+    for role in ROLES:
+        specs = yaml.safe_load((ROOT / f"roles/{role}/meta/argument_specs.yml").read_text())["argument_specs"]
+        missing = set(specs["main"]["options"]) - covered
+        assert not missing, f"{role}: no case in tests/bad_inputs.yml for {sorted(missing)}"

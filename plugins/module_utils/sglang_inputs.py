@@ -103,6 +103,9 @@ def managed_flag_errors(name: str, flags: Any, managed: dict[str, str]) -> list[
         option = _option_name(str(token))
         if option is None:
             continue
+        if any(char.isspace() for char in option):
+            errors.append(f"{name}[{index}]={token!r} is not one flag: put the flag and its value in separate items")
+            continue
         hits = sorted(m for m in managed if m == option or m.startswith(option))
         if hits:
             owner = managed[hits[0]]

@@ -10,7 +10,7 @@ description:
   - Read-only. Compares every managed file with its desired digest, merges the managed sampling defaults into
     generation_config.json in memory, reads the units from systemd and each service's start record under
     C(record_dir), and returns the host's plan (see module_utils/sglang_plan.py for the rules).
-  - When the plan is otherwise empty and C(proof) is set, runs the light proof: each server answers
+  - When the plan is otherwise empty and C(proof) is set, runs the light proof. Each server answers
     C(/health), its C(/server_info) says C(sampling_defaults=model), and the journal of its current invocation
     holds SGLang's startup line with the expected defaults; the router answers C(/readiness).
   - Reports the rollout lock's holder, age and lease.
@@ -219,10 +219,14 @@ def check_errors(module: AnsibleModule, checks: dict) -> list[str]:
     errors = []
     python, modules = checks.get("python"), checks.get("modules") or []
     if python and modules:
-        rc, out, err = module.run_command([python, "-c", FIND_MODULES, *modules])
+        if not os.access(python, os.X_OK):
+            rc, out, err = 127, "", "no such program"
+        else:
+            rc, out, err = module.run_command([python, "-c", FIND_MODULES, *modules])
         if rc != 0 or out.strip():
-            missing = out.strip() or err.strip()[-200:]
-            errors.append(f"sglang_runtime_python={python} cannot import {missing or ', '.join(modules)}")
+            missing = out.strip() or ", ".join(modules)
+            why = f": {err.strip()[-200:]}" if rc != 0 else ""
+            errors.append(f"sglang_runtime_python={python} cannot import {missing}{why}")
     model_path = checks.get("model_path")
     for name in checks.get("model_files") or []:
         if model_path and not os.path.isfile(os.path.join(model_path, name)):

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
 
 from .conftest import ROOT, exec_start_argv, flags_after_launcher

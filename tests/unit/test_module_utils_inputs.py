@@ -67,3 +67,8 @@ def test_removed_variables_name_their_replacement():
 @pytest.mark.parametrize("path", ["relative/x", "/with space", "/trailing/", 3])
 def test_paths_must_be_absolute(path):
     assert rules.input_errors({"p": path}, paths=("p",))
+
+
+def test_a_flag_and_its_value_in_one_item_is_refused():
+    errors = rules.managed_flag_errors("sglang_services_server_flags", ["--port 31099"], rules.SERVER_MANAGED_OPTIONS)
+    assert errors and "is not one flag" in errors[0]

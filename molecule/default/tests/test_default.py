@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from conftest import GENCONFIG, MODEL, PORT_BASE, ROOT, deploy, lab_secret, recap
+
 PLANTED = json.loads((ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text())
-MODEL = "/srv/models/DeepSeek-V4-Flash"
-GENCONFIG = f"{MODEL}/generation_config.json"
 SERVERS = ("prefill", "decode")
 UNITS = ("prefill", "decode", "router")
 
@@ -90,11 +85,19 @@ def test_server_gpu_split_and_numa_binding(host, unit, gpus):
     assert props["PartOf"] == "sglang-dsv4.target"
 
 
-def test_router_fronts_prefill_and_decode_and_survives_server_restarts(host):
+def test_router_is_the_real_sglang_router_in_front_of_prefill_and_decode(host):
     props = host.service("sglang-dsv4-router").systemd_properties
+    assert "/opt/sglang/venv/bin/python" in props["ExecStart"]
+    assert "-m sglang_router.launch_router" in props["ExecStart"]
     assert "--pd-disaggregation" in props["ExecStart"]
     assert "--prefill http://127.0.0.1:32011 32013" in props["ExecStart"]
     assert "--decode http://127.0.0.1:32012" in props["ExecStart"]
+    assert f"--tokenizer-path {MODEL}" in props["ExecStart"]
+    assert "/readiness" in props["ExecStartPost"]
+    pid = int(props["MainPID"])
+    assert host.file(f"/proc/{pid}/comm").content_string.strip() == "sglang::router"
+    assert host.run("/opt/sglang/venv/bin/python -m pip --version").rc == 0
+    assert "sglang-router==0.3.2" in host.check_output("/opt/sglang/venv/bin/python -m pip freeze")
     assert "PartOf" not in props or props["PartOf"] == ""
     assert props["StopPropagatedFrom"] == "sglang-dsv4.target"
 
@@ -129,91 +132,88 @@ def test_servers_logged_the_defaults_at_start(host, unit):
     )
 
 
-def lab_api_key() -> str:
-    """The lab key, decrypted from the lab inventory with the lab-only vault password."""
-    from ansible.parsing.vault import VaultLib, VaultSecret
+def listening(host, pid: int) -> set[str]:
+    out = host.check_output(f"ss -Hltnp | grep 'pid={pid},' || true")
+    return {line.split()[3] for line in out.splitlines()}
 
-    text = (ROOT / "inventories/lab/group_vars/sglang_dsv4.yml").read_text()
-    vaulted = text.split("sglang_services_api_key: !vault |", 1)[1]
-    lines = [line.strip() for line in vaulted.splitlines()[1:] if line.startswith("          ")]
-    password = (ROOT / "inventories/lab/vault-password.txt").read_bytes().strip()
-    vault = VaultLib([("lab", VaultSecret(password))])
-    return vault.decrypt("\n".join(lines)).decode()
+
+def test_router_listens_on_exactly_what_the_collection_rendered(host):
+    props = host.service("sglang-dsv4-router").systemd_properties
+    words = props["ExecStart"].split()
+    rendered = {
+        f"{words[words.index('--host') + 1]}:{words[words.index('--port') + 1]}",
+        f"{words[words.index('--prometheus-host') + 1]}:{words[words.index('--prometheus-port') + 1]}",
+    }
+    assert rendered == {f"127.0.0.1:{PORT_BASE}", f"127.0.0.1:{PORT_BASE + 4}"}
+    assert listening(host, int(props["MainPID"])) == rendered
+
+
+def test_router_metrics_listener_exports_its_smg_series(host):
+    url = f"http://127.0.0.1:{PORT_BASE + 4}/metrics"
+    metrics = host.check_output(f"python3 -c \"import urllib.request as u; print(u.urlopen('{url}').read().decode())\"")
+    assert "smg_" in metrics
+
+
+def test_router_journal_since_its_start_has_no_warning_or_error(host):
+    invocation = host.service("sglang-dsv4-router").systemd_properties["InvocationID"]
+    journal = host.check_output(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
+    assert "Router ready" in journal or "Starting router" in journal
+    bad = [line for line in journal.splitlines() if " WARN " in line or " ERROR " in line or "Traceback" in line]
+    assert bad == [], "\n".join(bad[:10])
 
 
 SCAN = """
 import os, sys
-key = open('/etc/sglang-dsv4/credentials/router').read().strip()
+keys = [open('/etc/sglang-dsv4/credentials/router').read().strip(),
+        open('/etc/sglang-dsv4/credentials/router-admin').read().strip().rsplit(':', 1)[1]]
 me = str(os.getpid())
 for pid in filter(str.isdigit, os.listdir('/proc')):
     if pid == me:
         continue
-    try:
-        cmdline = open(f'/proc/{pid}/cmdline', 'rb').read()
-    except OSError:
-        continue
-    if key.encode() in cmdline:
-        print('LEAK', pid)
+    for name in ('cmdline', 'environ'):
+        try:
+            data = open(f'/proc/{pid}/{name}', 'rb').read()
+        except OSError:
+            continue
+        if any(key.encode() in data for key in keys):
+            print('LEAK', pid, name)
 print('scanned')
 """
 
 
-def test_api_key_is_only_in_root_only_credential_files(host):
-    key = lab_api_key()
-    assert key.startswith("lab-only-api-key-")
+def test_keys_are_only_in_root_only_credential_files(host):
+    client, admin = lab_secret("sglang_services_api_key"), lab_secret("sglang_services_admin_key")
+    assert client.startswith("lab-only-api-key-") and admin.startswith("lab-only-admin-key-")
     for name in ("prefill", "decode", "router"):
         credential = host.file(f"/etc/sglang-dsv4/credentials/{name}")
         assert (credential.user, credential.group, credential.mode) == ("root", "root", 0o600)
-        assert key in credential.content_string
+        assert client in credential.content_string
+    admin_file = host.file("/etc/sglang-dsv4/credentials/router-admin")
+    assert (admin_file.user, admin_file.mode) == ("root", 0o600)
+    assert admin_file.content_string.strip() == f"dsv4-admin:operators:admin:{admin}"
     assert host.file("/etc/sglang-dsv4/credentials").mode == 0o700
     for path in host.check_output("ls /etc/systemd/system/sglang-dsv4-*.service /etc/sglang-dsv4/*.env").split():
-        assert key not in host.file(path).content_string, path
+        text = host.file(path).content_string
+        assert client not in text and admin not in text, path
 
 
-def test_api_key_is_in_no_process_command_line(host):
-    out = host.check_output("python3 - <<'EOF'\n" + SCAN + "\nEOF")
-    assert out.strip() == "scanned"
+def test_keys_are_in_no_process_command_line_or_environment(host):
+    assert host.check_output("python3 - <<'EOF'\n" + SCAN + "\nEOF").strip() == "scanned"
 
 
-def test_servers_enforce_the_key_and_the_router_uses_it(host):
-    key = lab_api_key()
-    models = (
-        'python3 -c "import urllib.request as u; '
-        "r = u.Request('http://127.0.0.1:32011/v1/models'{}); print(u.urlopen(r).status)\""
-    )
-    assert host.run(models.format("")).rc != 0  # 401 without the key
-    assert host.check_output(models.format(f", headers={{'Authorization': 'Bearer {key}'}}")) == "200"
-    # The router answers clients and authenticates to the servers with the key from its credential.
-    chat = host.run(
-        "python3 -c \"import json, urllib.request as u; r = u.Request('http://127.0.0.1:32010/v1/chat/completions', "
-        "data=json.dumps({'messages': [{'role': 'user', 'content': 'hi'}]}).encode(), "
-        "headers={'Content-Type': 'application/json'}); print(u.urlopen(r).status)\""
-    )
-    assert chat.stdout.strip() == "200", chat.stderr
-
-
-def deploy(*args: str) -> subprocess.CompletedProcess:
-    """deploy.yml against molecule's instance, as an operator would run it."""
-    inventory = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, "deploy.yml", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-        timeout=600,
-    )
-
-
-def test_key_stays_out_of_ansible_output_and_diffs(host):
-    out = deploy("--diff", "-v", "-e", '{"sglang_verify_requests": 2}')
+def test_keys_stay_out_of_ansible_output_and_diffs(host):
+    out = deploy("--diff", "-vv", "-e", '{"sglang_verify_requests": 2}')
     assert out.returncode == 0, out.stdout[-2000:]
-    assert lab_api_key() not in out.stdout + out.stderr
+    for key in (lab_secret("sglang_services_api_key"), lab_secret("sglang_services_admin_key")):
+        assert key not in out.stdout + out.stderr
 
 
-def test_check_diff_shows_the_json_change_and_changes_nothing(host):
+def test_check_diff_prints_the_plan_with_the_json_change_and_changes_nothing(host):
     before = host.check_output(f"sha256sum {GENCONFIG} /etc/sglang-dsv4/sampling-defaults.json")
     out = deploy("--check", "--diff", "-e", '{"sglang_genconfig_temperature": 0.7}')
     assert out.returncode == 0, out.stdout[-2000:]
     assert '-  "temperature": 0.6,' in out.stdout and '+  "temperature": 0.7,' in out.stdout
+    assert "its inputs change in this run" in out.stdout
+    assert "PLAY [Apply" not in out.stdout or "skipping: no hosts matched" in out.stdout
     assert host.check_output(f"sha256sum {GENCONFIG} /etc/sglang-dsv4/sampling-defaults.json") == before
+    assert "changed=0" in recap(out.stdout)

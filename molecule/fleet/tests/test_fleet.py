@@ -28,12 +28,20 @@ def test_the_failed_host_got_its_settings_back(host):
     assert "SGLANG_LAB_FAIL_START=0" in env
 
 
-def test_each_host_keeps_the_snapshot_of_its_last_rollout(host):
-    snapshot = host.file("/var/lib/sglang-dsv4-rollout/before-last-rollout/manifest.json")
-    assert snapshot.exists
-    if name(host) == "dsv4-fleet-2":
-        saved = json.loads(snapshot.content_string)["saved"]
-        assert GENCONFIG in saved and "/etc/systemd/system/sglang-dsv4-prefill.service" in saved
+def test_each_host_keeps_each_runs_own_snapshot_covering_every_file_it_may_change(host):
+    manifests = host.check_output("ls -t /var/lib/sglang-dsv4-rollout/*/manifest.json").split()
+    assert manifests
+    assert host.file("/var/lib/sglang-dsv4-rollout").mode == 0o700
+    latest = json.loads(host.file(manifests[0]).content_string)
+    everything = latest["saved"] + latest["missing"]
+    for path in (
+        GENCONFIG,
+        "/etc/systemd/system/sglang-dsv4-prefill.service",
+        "/etc/sglang-dsv4/credentials/router",
+        "/etc/sglang-dsv4/credentials/router-admin",
+        "/etc/sglang-dsv4/sampling-defaults.json",
+    ):
+        assert path in everything
 
 
 def test_the_rolled_back_server_logged_the_old_defaults(host):

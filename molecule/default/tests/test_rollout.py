@@ -1,0 +1,214 @@
+"""What operators really do to a rollout, on one lab host: every listed tag, --check, a run cut short with Ctrl-C,
+a change a killed run left behind, two runs at once, a stale lock, and a server that never gets ready.
+
+Each test leaves the host as converged (temperature 0.6) for the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import GENCONFIG, ROOT, deploy, inventory, recap
+
+BIN = Path(sys.executable).parent
+LOCK = "/run/lock/sglang-dsv4-deploy"
+SERVERS = ("prefill", "decode")
+TEMPERATURE = '{{"sglang_genconfig_temperature": {}}}'
+
+
+def logged(host, unit: str) -> str:
+    invocation = host.service(f"sglang-dsv4-{unit}").systemd_properties["InvocationID"]
+    out = host.run(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation} | grep -F 'Using default chat'")
+    return out.stdout
+
+
+def main_pids(host) -> dict[str, str]:
+    return {u: host.service(f"sglang-dsv4-{u}").systemd_properties["MainPID"] for u in (*SERVERS, "router")}
+
+
+def converged(host) -> None:
+    """Back to the inventory's state (a full run), and proven."""
+    out = deploy()
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert all("'temperature': 0.6" in logged(host, u) for u in SERVERS)
+    assert not host.file(LOCK).exists
+
+
+@pytest.fixture(autouse=True)
+def back_to_converged(host):
+    yield
+    converged(host)
+
+
+def test_a_no_op_run_goes_through_the_plan_only(host):
+    before = main_pids(host)
+    out = deploy()
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "apply to 0 of 1 host(s): none" in out.stdout
+    assert "light proof: ok" in out.stdout
+    assert "Take the rollout lock" not in out.stdout
+    assert "changed=0" in recap(out.stdout)
+    assert main_pids(host) == before
+
+
+def test_tag_preflight_checks_and_plans_but_changes_nothing(host):
+    before = host.check_output(f"sha256sum {GENCONFIG}")
+    out = deploy("--tags", "preflight", "-e", TEMPERATURE.format(0.7))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "its inputs change in this run" in out.stdout and "Validating arguments against arg spec" in out.stdout
+    assert "Take the rollout lock" not in out.stdout
+    assert host.check_output(f"sha256sum {GENCONFIG}") == before
+
+
+def test_tag_verify_runs_the_full_proof_and_changes_nothing(host):
+    before = main_pids(host)
+    out = deploy("--tags", "verify")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "answers                4 of 4 different" in out.stdout
+    assert "Take the rollout lock" not in out.stdout
+    assert main_pids(host) == before
+
+
+def test_tag_verify_fails_when_the_host_is_not_as_the_inventory_says(host):
+    out = deploy("--tags", "verify", "-e", TEMPERATURE.format(0.7))
+    assert out.returncode != 0
+    assert "logged {'temperature': 0.6, 'top_p': 0.95} at its current start; expected" in out.stdout
+
+
+def test_tag_genconfig_changes_the_file_and_still_restarts_both_servers(host):
+    before = main_pids(host)
+    out = deploy("--tags", "genconfig", "-e", TEMPERATURE.format(0.65))
+    assert out.returncode == 0, out.stdout[-3000:]
+    after = main_pids(host)
+    assert after["prefill"] != before["prefill"] and after["decode"] != before["decode"]
+    assert after["router"] == before["router"]
+    assert all("'temperature': 0.65" in logged(host, u) for u in SERVERS)
+    assert "sglang_services :" not in out.stdout
+
+
+def test_tag_services_changes_only_settings_and_restarts_what_they_feed(host):
+    env = {"sglang_services_environment": {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0", "X": "1"}}
+    before = main_pids(host)
+    out = deploy("--tags", "services", "-e", json.dumps(env))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "X=1" in host.file("/etc/sglang-dsv4/prefill.env").content_string
+    assert "sglang_genconfig :" not in out.stdout and "sglang_runtime :" not in out.stdout
+    after = main_pids(host)
+    assert all(after[u] != before[u] for u in (*SERVERS, "router"))
+
+
+def test_tag_runtime_with_nothing_to_do_does_nothing(host):
+    before = main_pids(host)
+    out = deploy("--tags", "runtime")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert main_pids(host) == before and "changed=0" in recap(out.stdout)
+
+
+def test_a_change_left_by_a_killed_run_is_repaired_by_the_next_run(host):
+    # Staged as a run that died right after writing the file: the file holds 0.7, the servers still 0.6.
+    stage = subprocess.run(
+        [
+            str(BIN / "ansible"),
+            "-i",
+            inventory(),
+            "all",
+            "-m",
+            "dsv4.sglang.sglang_generation_config",
+            "-a",
+            json.dumps({"path": GENCONFIG, "sampling": {"temperature": 0.7, "top_p": 0.95}}),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert stage.returncode == 0, stage.stdout
+    out = deploy("-e", TEMPERATURE.format(0.7))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "started from inputs that have changed since" in out.stdout
+    assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
+
+
+def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repaired(host):
+    run = subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "-i", inventory(), "deploy.yml", "-e", TEMPERATURE.format(0.7)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while '"temperature": 0.7' not in host.file(GENCONFIG).content_string:
+        assert time.monotonic() < deadline and run.poll() is None, "the run never changed the file"
+        time.sleep(0.2)
+    os.killpg(run.pid, signal.SIGINT)
+    run.wait(timeout=60)
+    assert host.file(LOCK).exists
+    blocked = deploy("-e", TEMPERATURE.format(0.7))
+    assert blocked.returncode != 0
+    assert "is held by" in blocked.stdout and "Nothing was changed" in blocked.stdout
+    assert "sglang_rollout_break_lock=true" in blocked.stdout
+    repaired = deploy("-e", TEMPERATURE.format(0.7), "-e", "sglang_rollout_break_lock=true")
+    assert repaired.returncode == 0, repaired.stdout[-3000:]
+    assert re.search(r"(its inputs change in this run|started from inputs that have changed since)", repaired.stdout)
+    assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
+
+
+def test_two_runs_at_once_the_second_fails_and_changes_nothing(host):
+    first = subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "-i", inventory(), "deploy.yml", "-e", TEMPERATURE.format(0.7)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not host.file(f"{LOCK}/owner.json").exists:
+        assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lock"
+        time.sleep(0.2)
+    second = deploy("-e", TEMPERATURE.format(0.8))
+    first_out, _ = first.communicate(timeout=600)
+    assert second.returncode != 0
+    assert "is held by" in second.stdout and "Nothing was changed" in second.stdout
+    assert "Take the rollout lock" not in second.stdout and "Put this run's snapshot back" not in second.stdout
+    assert first.returncode == 0, first_out[-3000:]
+    assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
+    assert '"temperature": 0.7' in host.file(GENCONFIG).content_string
+
+
+def test_a_stale_lock_is_reported_with_holder_age_and_how_to_clear_it(host):
+    stale = {"run_id": "20260101T000000Z-1", "owner": "someone@elsewhere", "taken": time.time() - 7200}
+    stale["lease_until"] = stale["taken"] + 60
+    host.run(f"mkdir -p {LOCK} && echo '{json.dumps(stale)}' > {LOCK}/owner.json")
+    noop = deploy()
+    assert noop.returncode == 0, "a host with nothing to do does not need the lock"
+    blocked = deploy("-e", TEMPERATURE.format(0.7))
+    assert blocked.returncode != 0
+    assert "someone@elsewhere" in blocked.stdout and "has EXPIRED" in blocked.stdout
+    assert re.search(r"for 7[12]\d\d s", blocked.stdout)
+    assert host.file(LOCK).exists
+    cleared = deploy("-e", "sglang_rollout_break_lock=true")
+    assert cleared.returncode == 0, cleared.stdout[-3000:]
+
+
+def test_a_server_that_never_gets_ready_fails_the_run_within_one_start_timeout(host):
+    started = time.monotonic()
+    out = deploy("-e", json.dumps({"sglang_services_timeout_start_sec": 20, "sglang_lab_fail_start": "never_ready"}))
+    elapsed = time.monotonic() - started
+    assert out.returncode != 0
+    assert re.search(r"sglang-dsv4-(prefill|decode) did not start", out.stdout), out.stdout[-3000:]
+    waited = [float(w) for w in re.findall(r"waited: ([0-9.]+)", out.stdout)]
+    # The failed restart is bounded by the 20 s start timeout plus the module's 15 s margin.
+    assert waited and waited[0] <= 20 + 15, waited
+    assert "was rolled back to its state before this run" in out.stdout
+    # Failed start, rollback and its restart, plan and verification: one start timeout, not several.
+    assert elapsed < 3 * 60, elapsed
+    assert not host.file(LOCK).exists
