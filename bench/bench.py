@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Benchmarks rollouts on lab hosts and writes BENCHMARKS.md.
 
-    .venv/bin/python bench/bench.py [--hosts 1 4] [--runs 3]
+    .venv/bin/python bench/bench.py [--hosts 4] [--runs 3]
 
-For each host count it boots that many lab hosts (prefix dsv4-bench) and measures, over several runs:
-the first deploy onto fresh hosts, a no-op re-run, a sampling-default change rolled out by deploy.yml,
-and the same change done the source article's way (ssh, overwrite generation_config.json with a heredoc,
-`systemctl restart` both servers) for comparison. Wall times are medians; restarts are counted from the
-hosts' journals. Everything runs on loopback; the hosts are removed at the end.
+Boots N lab hosts (prefix dsv4-bench) once, deploys onto them, then measures in each run, on one host (the first,
+with --limit) and on all N:
+  floor            a bare `ansible -m ping` plus bench/floor.yml (stat every managed file, check the units)
+  no-op            ansible-playbook deploy.yml with nothing to do (plan and light proof only)
+  sampling change  deploy.yml with a new temperature (all N at once: -e sglang_rollout_batch=N)
+  article's way    the source article's manual fix (ssh, heredoc, systemctl restart), for comparison
+Wall times are medians over the runs; ratios are of medians measured in this one run of the script. Restarts
+are counted from the hosts' journals. Everything runs on loopback; the hosts are removed at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,22 +36,6 @@ KEY = "/var/lib/sglang-dsv4-lab/id_ed25519"
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
 ENV = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}:{os.environ['PATH']}"}
-
-
-@dataclass
-class Sample:
-    seconds: float
-    restarts: int
-    changed: int
-
-
-@dataclass
-class Row:
-    hosts: int
-    samples: dict[str, list[Sample]] = field(default_factory=dict)
-
-    def add(self, name: str, sample: Sample) -> None:
-        self.samples.setdefault(name, []).append(sample)
 
 
 def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
@@ -72,43 +58,40 @@ def lab(hosts: int, state: str, inventory: Path) -> None:
     run([str(BIN / "ansible-playbook"), playbook, "-e", json.dumps(extra)])
 
 
-def ssh(port: int, command: str, stdin: str | None = None) -> str:
-    argv = [
-        "ssh",
-        "-i",
-        KEY,
-        "-p",
-        str(port),
-        "-o",
-        "StrictHostKeyChecking=no",
-        "-o",
-        "UserKnownHostsFile=/dev/null",
-        "-o",
-        "LogLevel=ERROR",
-        "root@127.0.0.1",
-        command,
-    ]
-    return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=True).stdout
+def ssh(port: int, command: str) -> str:
+    argv = ["ssh", "-i", KEY, "-p", str(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    argv += ["-o", "LogLevel=ERROR", "root@127.0.0.1", command]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
-def host_ports(hosts: int) -> list[int]:
+def ports(hosts: int) -> list[int]:
     return [SSH_PORT_BASE + n for n in range(1, hosts + 1)]
 
 
-def restarts_since(hosts: int, mark: float) -> int:
-    """Server and router starts logged by systemd on every host since `mark` (epoch seconds)."""
-    total = 0
-    for port in host_ports(hosts):
+def limit(hosts: int) -> str:
+    return ",".join(f"{PREFIX}-{n}" for n in range(1, hosts + 1))
+
+
+def starts_since(hosts: int, mark: float) -> dict[str, int]:
+    """Starts of each kind of unit logged on the hosts since `mark` (epoch seconds)."""
+    counts = {"prefill": 0, "decode": 0, "router": 0}
+    for port in ports(hosts):
         out = ssh(
             port,
-            f"journalctl --no-pager -o cat --since @{mark:.0f} -u 'sglang-dsv4-*' | "
-            "grep -c '^Started sglang-dsv4-' || true",
+            f"journalctl --no-pager -o cat --since @{mark:.0f} -u 'sglang-dsv4-*' | grep '^Started sglang-' || true",
         )
-        total += int(out.strip() or 0)
-    return total
+        for unit in counts:
+            counts[unit] += out.count(f"Started sglang-dsv4-{unit}.service")
+    return counts
 
 
-def deploy(inventory: Path, extra: dict | None = None) -> tuple[float, int]:
+def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.monotonic()
+    result = run(argv)
+    return time.monotonic() - start, result
+
+
+def deploy(inventory: Path, hosts: int, extra: dict | None = None) -> tuple[float, int]:
     argv = [
         str(BIN / "ansible-playbook"),
         "-i",
@@ -116,26 +99,26 @@ def deploy(inventory: Path, extra: dict | None = None) -> tuple[float, int]:
         "-i",
         str(inventory),
         "-l",
-        f"{PREFIX}-*",
+        limit(hosts),
         "deploy.yml",
     ]
     if extra:
         argv += ["-e", json.dumps(extra)]
-    start = time.monotonic()
-    result = run(argv)
-    seconds = time.monotonic() - start
-    recap = RECAP.findall(result.stdout)
-    return seconds, sum(int(changed) for _, changed, _, _ in recap)
+    seconds, result = timed(argv)
+    return seconds, sum(int(changed) for _, changed, _, _ in RECAP.findall(result.stdout))
+
+
+def floor(inventory: Path, hosts: int) -> float:
+    inventories = ["-i", "inventories/lab", "-i", str(inventory), "-l", limit(hosts)]
+    ping, _ = timed([str(BIN / "ansible"), *inventories, "all", "-m", "ansible.builtin.ping"])
+    stat, _ = timed([str(BIN / "ansible-playbook"), *inventories, "bench/floor.yml"])
+    return ping + stat
 
 
 def articles_way(hosts: int, temperature: float) -> float:
-    """The manual fix: for each host, overwrite the file over ssh with a heredoc, restart both servers.
-
-    Like the article's operator, it then waits until both servers are active again (a restart that fails
-    once comes back through Restart=on-failure).
-    """
+    """The manual fix: per host, overwrite the file over ssh with a heredoc, restart both servers, wait."""
     start = time.monotonic()
-    for port in host_ports(hosts):
+    for port in ports(hosts):
         current = json.loads(ssh(port, f"cat {GENCONFIG}"))
         current.update(temperature=temperature, top_p=0.95)
         body = json.dumps(current, indent=2)
@@ -149,85 +132,124 @@ def articles_way(hosts: int, temperature: float) -> float:
     return time.monotonic() - start
 
 
-def wait_for_second_boundary() -> float:
+def second_boundary() -> float:
     """journalctl --since has one-second resolution: start each measurement on a fresh second."""
     time.sleep(1.05 - (time.time() % 1))
     return time.time()
 
 
-def measure(hosts: int, runs: int, inventory: Path) -> Row:
-    row = Row(hosts)
+def measure(hosts: int, runs: int, inventory: Path) -> dict:
+    samples: dict[str, list] = {}
+
+    def add(name: str, seconds: float, starts: dict | None = None, changed: int | None = None) -> None:
+        samples.setdefault(name, []).append({"seconds": seconds, "starts": starts, "changed": changed})
+
+    mark = second_boundary()
+    seconds, changed = deploy(inventory, hosts)
+    add(f"first deploy, {hosts} hosts", seconds, starts_since(hosts, mark), changed)
+    temperatures = iter([0.7, 0.65] * runs)
     for index in range(runs):
-        lab(hosts, "absent", inventory)
-        lab(hosts, "present", inventory)
-        mark = wait_for_second_boundary()
-        seconds, changed = deploy(inventory)
-        row.add("first deploy", Sample(seconds, restarts_since(hosts, mark), changed))
-
-        mark = wait_for_second_boundary()
-        seconds, changed = deploy(inventory)
-        row.add("no-op re-run", Sample(seconds, restarts_since(hosts, mark), changed))
-
-        temperature = 0.7 if index % 2 == 0 else 0.65
-        mark = wait_for_second_boundary()
-        seconds, changed = deploy(inventory, {"sglang_genconfig_temperature": temperature})
-        row.add("sampling change, deploy.yml", Sample(seconds, restarts_since(hosts, mark), changed))
-
-        mark = wait_for_second_boundary()
-        seconds = articles_way(hosts, 0.75)
-        row.add("sampling change, article's way", Sample(seconds, restarts_since(hosts, mark), 0))
-        print(
-            f"hosts={hosts} run={index + 1}: "
-            + ", ".join(f"{name} {samples[-1].seconds:.1f}s" for name, samples in row.samples.items()),
-            flush=True,
-        )
-    lab(hosts, "absent", inventory)
-    return row
-
-
-def table(rows: list[Row]) -> str:
-    lines = [
-        "| hosts | what | median wall time | restarts (median) | changed (median) | ratio to the article's way |",
-        "|---:|---|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        manual = statistics.median(s.seconds for s in row.samples["sampling change, article's way"])
-        for name, samples in row.samples.items():
-            median = statistics.median(s.seconds for s in samples)
-            restarts = statistics.median(s.restarts for s in samples)
-            changed = statistics.median(s.changed for s in samples) if "article" not in name else "n/a"
-            lines.append(
-                f"| {row.hosts} | {name} | {median:.1f} s | {restarts:g} | {changed} | {median / manual:.2f} |"
+        for count in (1, hosts):
+            add(f"floor, {count} host(s)", floor(inventory, count))
+            mark = second_boundary()
+            seconds, changed = deploy(inventory, count)
+            add(f"no-op, {count} host(s)", seconds, starts_since(count, mark), changed)
+            mark = second_boundary()
+            seconds, changed = deploy(
+                inventory, count, {"sglang_genconfig_temperature": next(temperatures), "sglang_rollout_batch": count}
             )
-    return "\n".join(lines)
+            add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed)
+        # Back to the inventory's defaults on every host, so each run starts alike.
+        deploy(inventory, hosts)
+        mark = second_boundary()
+        add(f"article's way, {hosts} host(s)", articles_way(hosts, 0.75), starts_since(hosts, mark))
+        deploy(inventory, hosts)
+        print(f"run {index + 1}: " + ", ".join(f"{n} {s[-1]['seconds']:.1f}s" for n, s in samples.items()), flush=True)
+    return samples
+
+
+def median(samples: dict, name: str) -> float:
+    return statistics.median(s["seconds"] for s in samples[name])
+
+
+def starts(samples: dict, name: str) -> str:
+    values = [s["starts"] for s in samples[name] if s["starts"] is not None]
+    if not values:
+        return ""
+    return ", ".join(f"{u} {statistics.median(v[u] for v in values):g}" for u in ("prefill", "decode", "router"))
+
+
+def report(samples: dict, hosts: int, runs: int, command: str) -> str:
+    rows = [
+        "| step | median wall time | starts per kind of unit (median) | changed (median) |",
+        "|---|---:|---|---:|",
+    ]
+    for name in samples:
+        changed = [s["changed"] for s in samples[name] if s["changed"] is not None]
+        shown = f"{statistics.median(changed):g}" if changed else ""
+        rows.append(f"| {name} | {median(samples, name):.1f} s | {starts(samples, name)} | {shown} |")
+    one, many = "1 host(s)", f"{hosts} host(s)"
+    ratios = [
+        ("no-op on 1 host / floor on 1 host", median(samples, f"no-op, {one}") / median(samples, f"floor, {one}"), 2.0),
+        (
+            f"no-op on {hosts} hosts / no-op on 1 host",
+            median(samples, f"no-op, {many}") / median(samples, f"no-op, {one}"),
+            1.3,
+        ),
+        (
+            f"sampling change on {hosts} hosts (batch {hosts}) / on 1 host",
+            median(samples, f"sampling change, {many}") / median(samples, f"sampling change, {one}"),
+            1.5,
+        ),
+        (
+            f"sampling change on {hosts} hosts / article's way on {hosts} hosts",
+            median(samples, f"sampling change, {many}") / median(samples, f"article's way, {many}"),
+            None,
+        ),
+    ]
+    ratio_rows = ["| ratio | measured | target |", "|---|---:|---:|"]
+    for name, value, target in ratios:
+        ratio_rows.append(f"| {name} | {value:.2f} | {'at most ' + str(target) if target else ''} |")
+    return f"""# Benchmarks
+
+Produced by `{command}` (script: `bench/bench.py`) on {time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores,
+{platform.system()} {platform.release()}, {hosts} lab hosts (systemd-nspawn; the real sglang-router, the lab
+stand-in for the GPU servers), {runs} runs. Wall times are medians; every ratio is of medians measured in this
+one run of the script. Starts are the `Started sglang-dsv4-*` lines in the hosts' journals during the step.
+
+- *floor*: a bare `ansible -m ping` plus `bench/floor.yml` (stat every managed file, check the units are
+  active) on the same hosts: the least any check of the fleet costs.
+- *no-op*: `ansible-playbook deploy.yml` with nothing to do: the plan (every argument spec and check, one
+  read of each host) and the light proof (health, `/server_info`, the startup line of each server's current
+  start); no host is locked or changed.
+- *sampling change*: a new temperature through `deploy.yml`, all hosts in one batch
+  (`-e sglang_rollout_batch=N`): plan, lock, snapshot, write, restart prefill and decode, full verification.
+- *article's way*: the source article's manual fix (per host: ssh, overwrite generation_config.json with a
+  heredoc, `systemctl restart` prefill and decode); it verifies nothing, and on these hosts the units'
+  pre-start healer undoes it at the restart it triggers.
+
+{chr(10).join(rows)}
+
+{chr(10).join(ratio_rows)}
+"""
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         inventory = Path(tmp) / "hosts.yml"
-        rows = [measure(hosts, args.runs, inventory) for hosts in args.hosts]
+        lab(args.hosts, "absent", inventory)
+        lab(args.hosts, "present", inventory)
+        try:
+            samples = measure(args.hosts, args.runs, inventory)
+        finally:
+            lab(args.hosts, "absent", inventory)
     command = "make bench" if argv == [] else f".venv/bin/python bench/bench.py {' '.join(argv)}"
-    args.output.write_text(f"""# Benchmarks
-
-Produced by `{command}` (script: `bench/bench.py`) on {time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores,
-{platform.system()} {platform.release()}, lab hosts (systemd-nspawn, the lab stand-in), {args.runs} runs per row.
-Wall times are medians. Restarts are the `Started sglang-dsv4-*` lines in the hosts' journals during the
-step. "Article's way" is the manual fix of the source article: per host, ssh, overwrite generation_config.json
-with a heredoc, `systemctl restart` prefill and decode; it verifies nothing.
-
-{table(rows)}
-
-What the numbers say: a no-op re-run restarts nothing; a sampling change restarts exactly prefill and decode
-on each host (two restarts per host, the router stays up); deploy.yml costs more wall time than the manual
-fix because it checks every input first, snapshots for rollback, takes a lock, verifies the defaults through
-the journal and real requests, and goes one host at a time (`serial: 1`). On these hosts the article's edit
-does not even last: the units' pre-start healer puts the managed defaults back at the restart it triggers.
-""")
+    args.output.write_text(report(samples, args.hosts, args.runs, command))
     print(args.output.read_text())
     return 0
 

@@ -58,6 +58,11 @@ options:
       (nvidia-smi lists exactly that many; 0 skips the check).
     type: dict
     default: {}
+  report_changes:
+    description: Report a non-empty plan as changed (for C(--check), where changed means "would change", and
+      C(--diff) then shows the file diffs). The module itself never changes anything.
+    type: bool
+    default: false
   api_key:
     description: Client API key for the servers' C(/server_info).
     type: str
@@ -255,6 +260,7 @@ def main() -> None:
             "proof": {"type": "bool", "default": True},
             "expected_defaults": {"type": "dict", "default": {}},
             "checks": {"type": "dict", "default": {}},
+            "report_changes": {"type": "bool", "default": False},
             "api_key": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
@@ -310,7 +316,8 @@ def main() -> None:
         plan = decide(changes, statuses, groups, failures, unmet)
 
     result = {
-        "changed": False,
+        # Read-only: "changed" only for --check, where it means "would change" (and lets --diff show the diffs).
+        "changed": params["report_changes"] and not plan["empty"],
         "plan": plan,
         "units": state,
         "proof": proof,

@@ -60,5 +60,10 @@ def lab_secret(name: str) -> str:
     return VaultLib([("lab", VaultSecret(password))]).decrypt("\n".join(lines)).decode()
 
 
+def text(run: subprocess.CompletedProcess) -> str:
+    """All a run printed: the default callback writes failures to stderr."""
+    return run.stdout + run.stderr
+
+
 def recap(output: str) -> str:
     return output[output.rfind("PLAY RECAP") :]
