@@ -137,18 +137,24 @@ def test_a_change_left_by_a_killed_run_is_repaired_by_the_next_run(host):
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
 
 
-def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repaired(host):
-    run = subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "-i", inventory(), "deploy.yml", "-e", TEMPERATURE.format(0.7)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def deploy_in_background(*args: str, **popen: object) -> subprocess.Popen:
+    argv = [str(BIN / "ansible-playbook"), "-i", inventory(), "deploy.yml", *args]
+    return subprocess.Popen(argv, cwd=ROOT, text=True, **popen)
+
+
+def wait_until(seen, run: subprocess.Popen, what: str) -> None:
+    """Poll the host until seen() holds, while the background run is still going."""
     deadline = time.monotonic() + 180
-    while '"temperature": 0.7' not in host.file(GENCONFIG).content_string:
-        assert time.monotonic() < deadline and run.poll() is None, "the run never changed the file"
+    while not seen():
+        assert time.monotonic() < deadline and run.poll() is None, f"the run never {what}"
         time.sleep(0.2)
+
+
+def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repaired(host):
+    run = deploy_in_background(
+        "-e", TEMPERATURE.format(0.7), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    wait_until(lambda: '"temperature": 0.7' in host.file(GENCONFIG).content_string, run, "changed the file")
     os.killpg(run.pid, signal.SIGINT)
     run.wait(timeout=60)
     assert host.file(LOCK).exists
@@ -163,17 +169,8 @@ def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repair
 
 
 def test_two_runs_at_once_the_second_fails_and_changes_nothing(host):
-    first = subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "-i", inventory(), "deploy.yml", "-e", TEMPERATURE.format(0.7)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 180
-    while not host.file(f"{LOCK}/owner.json").exists:
-        assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lock"
-        time.sleep(0.2)
+    first = deploy_in_background("-e", TEMPERATURE.format(0.7), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_until(lambda: host.file(f"{LOCK}/owner.json").exists, first, "took the lock")
     second = deploy("-e", TEMPERATURE.format(0.8))
     first_out, _ = first.communicate(timeout=600)
     assert second.returncode != 0

@@ -53,14 +53,7 @@ def keys() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def statuses(host):
-    keys = {
-        "none": "",
-        "client": lab_secret("sglang_services_api_key"),
-        "admin": lab_secret("sglang_services_admin_key"),
-    }
-    paths = json.dumps([route["path"] for route in ALL])
-    out = host.check_output(f"python3 - {json.dumps(paths)!r} {json.dumps(json.dumps(keys))} <<'EOF'\n{PROBE}\nEOF")
-    return json.loads(out)
+    return probe(host, [route["path"] for route in ALL], keys())
 
 
 def by_class(name: str) -> list[str]:
