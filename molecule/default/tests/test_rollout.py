@@ -202,7 +202,7 @@ def test_a_server_that_never_gets_ready_fails_the_run_within_one_start_timeout(h
     elapsed = time.monotonic() - started
     assert out.returncode != 0
     assert re.search(r"sglang-dsv4-(prefill|decode) did not start", text(out)), text(out)[-3000:]
-    waited = [float(w) for w in re.findall(r"waited: ([0-9.]+)", text(out))]
+    waited = [float(w) for w in re.findall(r"\"?waited\"?: ([0-9.]+)", text(out))]
     # The failed restart is bounded by the 20 s start timeout plus the module's 15 s margin.
     assert waited and waited[0] <= 20 + 15, waited
     assert "was rolled back to its state before this run" in text(out)
