@@ -19,12 +19,14 @@ options:
     type: bool
     default: false
   restart:
-    description: Units to restart, in order (the servers' target, the router).
+    description: Groups of units, in order; the units of a group are restarted by one C(systemctl restart), one
+      transaction (prefill and decode together, then the router). A unit that is not running is started; one that
+      is starting, or waiting to restart after a failure, is restarted, so it comes up from its current inputs.
     type: list
-    elements: str
+    elements: list
     default: []
   start:
-    description: Units to start if they are not running (no restart when they are).
+    description: Units to start when they are not active (the target that groups the services).
     type: list
     elements: str
     default: []
@@ -48,7 +50,8 @@ author: dsv4 deployment team
 EXAMPLES = r"""
 - name: Restart prefill and decode together and wait for them and the router
   dsv4.sglang.sglang_service_restart:
-    restart: [sglang-dsv4.target]
+    restart: [[sglang-dsv4-prefill, sglang-dsv4-decode]]
+    start: [sglang-dsv4.target]
     wait:
       - {name: sglang-dsv4-prefill, health_url: "http://127.0.0.1:30000/health"}
       - {name: sglang-dsv4-decode, health_url: "http://127.0.0.1:30001/health"}
@@ -86,7 +89,7 @@ def url_status(url: str) -> int:
         return 0
 
 
-PROPERTIES = ("ActiveState", "SubState", "LoadState", "InvocationID", "ConsistsOf")
+PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic")
 
 
 def unit_props(module: AnsibleModule, name: str) -> dict[str, str]:
@@ -108,7 +111,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "daemon_reload": {"type": "bool", "default": False},
-            "restart": {"type": "list", "elements": "str", "default": []},
+            "restart": {"type": "list", "elements": "list", "default": []},
             "start": {"type": "list", "elements": "str", "default": []},
             "wait": {"type": "list", "elements": "dict", "default": []},
             "timeout": {"type": "int", "required": True},
@@ -117,27 +120,25 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    acting = bool(p["daemon_reload"] or p["restart"] or p["start"])
+    acting = bool(p["daemon_reload"] or p["restart"])
     if module.check_mode:
         module.exit_json(changed=acting, waited=0.0, units={})
     if p["daemon_reload"]:
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
-    # Units this call (re)starts must come up as a new invocation: the old process answering /health, or an old
-    # "failed" state, says nothing about the new start. A target's restart restarts what is PartOf it.
-    before = {u["name"]: unit_props(module, u["name"]).get("InvocationID", "") for u in p["wait"]}
+    # Units this call restarts must come up anew: the old process answering /health, or the "failed" or
+    # "auto-restart" state of an earlier start, says nothing about the new one. A unit counts once it has left the
+    # inactive state after this call (systemd's monotonic clock is this host's).
+    issued_us = int(time.monotonic() * 1_000_000)
     fresh: set[str] = set()
-    for verb in ("restart", "start"):
-        for name in p[verb]:
-            props = unit_props(module, name)
-            if props.get("LoadState") in ("not-found", None):
-                continue
-            if verb == "start" and props.get("ActiveState") == "active":
-                continue
-            fresh.add(name.removesuffix(".service"))
-            if verb == "restart":
-                fresh.update(u.removesuffix(".service") for u in props.get("ConsistsOf", "").split())
-            module.run_command(["systemctl", "reset-failed", name], check_rc=False)
-            module.run_command(["systemctl", verb, "--no-block", name], check_rc=True)
+    for group in p["restart"]:
+        units = [str(name) for name in group if installed(module, str(name))]
+        if units:
+            module.run_command(["systemctl", "reset-failed", *units], check_rc=False)
+            module.run_command(["systemctl", "restart", "--no-block", *units], check_rc=True)
+            fresh.update(name.removesuffix(".service") for name in units)
+    for name in p["start"]:
+        if installed(module, name):
+            module.run_command(["systemctl", "start", "--no-block", name], check_rc=True)
 
     started = time.monotonic()
     deadline = started + p["timeout"] + p["margin"]
@@ -149,8 +150,11 @@ def main() -> None:
             entry = units[name]
             props = unit_props(module, name)
             entry["active"], entry["sub"] = props.get("ActiveState", "unknown"), props.get("SubState", "unknown")
-            if name.removesuffix(".service") in fresh and props.get("InvocationID", "") == before.get(name, ""):
-                # The queued job has not begun yet.
+            if (
+                name.removesuffix(".service") in fresh
+                and int(props.get("InactiveExitTimestampMonotonic") or 0) <= issued_us
+            ):
+                # The queued job has not begun this unit's new start yet.
                 continue
             if entry["active"] == "failed" or entry["sub"] == "auto-restart":
                 module.fail_json(
