@@ -159,8 +159,8 @@ def measure(hosts: int, runs: int, inventory: Path) -> dict:
                 inventory, count, {"sglang_genconfig_temperature": next(temperatures), "sglang_rollout_batch": count}
             )
             add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed)
-        # Back to the inventory's defaults on every host, so each run starts alike.
-        deploy(inventory, hosts)
+            # Back to the inventory's defaults, so the next no-op really has nothing to do.
+            deploy(inventory, count)
         mark = second_boundary()
         add(f"article's way, {hosts} host(s)", articles_way(hosts, 0.75), starts_since(hosts, mark))
         deploy(inventory, hosts)
