@@ -11,7 +11,7 @@ bootstrap:
 	@./scripts/bootstrap.sh
 
 lab: bootstrap
-	ansible-playbook playbooks/lab.yml -e lab_hosts_count=$(LAB_HOSTS)
+	ansible-playbook playbooks/lab.yml -e '{"lab_hosts_count": $(LAB_HOSTS)}'
 
 deploy: lab
 	ansible-playbook deploy.yml

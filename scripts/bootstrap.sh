@@ -25,6 +25,17 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "$want" >"$stamp"
 fi
 
+# promtool (checks and unit-tests the monitoring role's Prometheus config and alert rules) comes out of
+# Debian's prometheus package, the same build the monitoring role installs on the hosts; only the binary
+# is kept, so no Prometheus server is installed or started on the controller.
+if [[ ! -x .venv/bin/promtool ]]; then
+  work=$(mktemp -d)
+  (cd "$work" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; })
+  dpkg-deb -x "$work"/prometheus_*.deb "$work/root"
+  install -m 0755 "$work/root/usr/bin/promtool" .venv/bin/promtool
+  rm -rf "$work"
+fi
+
 # Roles refer to the collection's plugins by fully qualified name (dsv4.sglang.*), so that they run the
 # same from this checkout and from an installed collection; this link makes the checkout that collection.
 mkdir -p .collections/ansible_collections/dsv4

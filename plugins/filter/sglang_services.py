@@ -212,6 +212,8 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
                 "gpu_ids": list(svc.get("gpu_ids", [])),
                 "numa_node": svc.get("numa_node"),
                 "port": svc["port"],
+                "metrics_host": svc.get("metrics_host", "127.0.0.1") if not server else None,
+                "metrics_port": svc.get("metrics_port") if not server else svc["port"],
                 "health_url": health_url,
             }
         )

@@ -9,7 +9,11 @@ One implementation, used three ways, standard library only:
     `sglang_sampling_defaults.py record RECORD_JSON INPUT...` writes, under /run, the digest of every input
     the service starts from and the sampling defaults it starts with;
 - the sglang_host_state module imports `inputs_digest` to compare those records with the files now,
-  which is how a rollout decides, from the host's state, what must restart.
+  which is how a rollout decides, from the host's state, what must restart;
+- the monitoring role's timer runs
+    `sglang_sampling_defaults.py metrics OUT.prom MANAGED_JSON TARGET_JSON UNIT=ROLE...` every minute: it writes
+    node_exporter textfile metrics saying whether the file holds the managed defaults and whether each server's
+    current invocation logged them, with the last rollout's and the last heal's time and result.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -113,6 +119,24 @@ def write_atomic(path: str, text: str, mode: int = 0o644, like: str | None = Non
         raise
 
 
+# Results other parts of the collection leave for the metrics: heal.json (each heal), rollout.json (each apply).
+STATUS_DIR = os.environ.get("SGLANG_DSV4_STATUS_DIR", "/var/lib/sglang-dsv4")
+
+
+def write_status(name: str, entry: dict[str, Any]) -> None:
+    os.makedirs(STATUS_DIR, mode=0o755, exist_ok=True)
+    write_atomic(os.path.join(STATUS_DIR, name), json.dumps(entry, sort_keys=True) + "\n", mode=0o644)
+
+
+def read_status(name: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(STATUS_DIR, name), encoding="utf-8") as handle:
+            entry = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
 def heal(managed_path: str, target_path: str) -> bool:
     """Re-apply the managed defaults to target; True when the file had drifted and was rewritten."""
     with open(managed_path, encoding="utf-8") as handle:
@@ -189,14 +213,125 @@ def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
     return entry
 
 
+def in_sync(config: dict[str, Any] | None, sampling: dict[str, Any]) -> bool:
+    """Whether the file's content already holds the managed defaults (what a merge would leave unchanged)."""
+    return config is not None and merge(config, sampling) == config
+
+
+def _unit_state(unit: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["systemctl", "show", "--timestamp=unix", "-p", "ActiveState,InvocationID,ExecMainStartTimestamp", unit],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _journal(invocation: str) -> str:
+    if not invocation:
+        return ""
+    return subprocess.run(
+        ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+
+
+def _labels(**labels: str) -> str:
+    text = ",".join(
+        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"' for k, v in labels.items()
+    )
+    return "{" + text + "}" if text else ""
+
+
+def _value(value: float) -> str:
+    return "NaN" if math.isnan(value) else repr(float(value))
+
+
+METRIC_HELP = {
+    "sglang_dsv4_defaults_check_timestamp_seconds": ("gauge", "When this check last ran."),
+    "sglang_dsv4_managed_defaults_present": ("gauge", "1 when the managed sampling defaults file exists."),
+    "sglang_dsv4_managed_sampling_default": ("gauge", "A managed sampling default."),
+    "sglang_dsv4_generation_config_sampling_value": ("gauge", "A sampling key as generation_config.json holds it."),
+    "sglang_dsv4_generation_config_in_sync": ("gauge", "1 when generation_config.json holds the managed defaults."),
+    "sglang_dsv4_server_up": ("gauge", "1 when the server unit is active."),
+    "sglang_dsv4_server_defaults_in_effect": (
+        "gauge",
+        "1 when the server's current invocation logged the managed sampling defaults.",
+    ),
+    "sglang_dsv4_server_start_time_seconds": ("gauge", "When the server's current process started."),
+    "sglang_dsv4_last_rollout_timestamp_seconds": ("gauge", "When the last rollout's apply phase ended."),
+    "sglang_dsv4_last_rollout_success": ("gauge", "1 when the last rollout's apply phase succeeded."),
+    "sglang_dsv4_last_heal_timestamp_seconds": ("gauge", "When a server start last checked the file."),
+    "sglang_dsv4_last_heal_rewrote": ("gauge", "1 when that check had to put the managed defaults back."),
+}
+
+
+def metrics(managed_path: str, target_path: str, units: dict[str, str], now: float | None = None) -> str:
+    """The textfile-collector metrics of the sampling defaults on this host, decided by content."""
+    samples: list[tuple[str, dict[str, str], float]] = [
+        ("sglang_dsv4_defaults_check_timestamp_seconds", {}, time.time() if now is None else now)
+    ]
+    try:
+        with open(managed_path, encoding="utf-8") as handle:
+            sampling = json.load(handle)
+    except (OSError, ValueError):
+        sampling = None
+    samples.append(("sglang_dsv4_managed_defaults_present", {}, 1.0 if isinstance(sampling, dict) else 0.0))
+    sampling = sampling if isinstance(sampling, dict) else {}
+    expected = {k: sampling[k] for k in SAMPLING_KEYS if _is_number(sampling.get(k))}
+    for key, value in expected.items():
+        samples.append(("sglang_dsv4_managed_sampling_default", {"key": key}, float(value)))
+    try:
+        config, _ = load(target_path)
+    except ValueError:
+        config = None
+    for key in SAMPLING_KEYS:
+        if config is not None and _is_number(config.get(key)):
+            samples.append(("sglang_dsv4_generation_config_sampling_value", {"key": key}, float(config[key])))
+    synced = bool(expected) and in_sync(config, sampling)
+    samples.append(("sglang_dsv4_generation_config_in_sync", {"path": target_path}, 1.0 if synced else 0.0))
+    for unit, role in units.items():
+        state = _unit_state(unit)
+        labels = {"unit": unit, "role": role}
+        active = state.get("ActiveState") == "active"
+        samples.append(("sglang_dsv4_server_up", labels, 1.0 if active else 0.0))
+        logged = startup_defaults(_journal(state.get("InvocationID", ""))) if active else None
+        effective = active and bool(expected) and logged is not None and not defaults_missing(expected, logged)
+        if role != "router":
+            samples.append(("sglang_dsv4_server_defaults_in_effect", labels, 1.0 if effective else 0.0))
+        started = state.get("ExecMainStartTimestamp", "").lstrip("@")
+        if active and started.replace(".", "", 1).isdigit():
+            samples.append(("sglang_dsv4_server_start_time_seconds", labels, float(started)))
+    rollout = read_status("rollout.json")
+    if rollout and _is_number(rollout.get("time")):
+        samples.append(("sglang_dsv4_last_rollout_timestamp_seconds", {}, float(rollout["time"])))
+        samples.append(("sglang_dsv4_last_rollout_success", {}, 1.0 if rollout.get("success") else 0.0))
+    healed = read_status("heal.json")
+    if healed and _is_number(healed.get("time")):
+        samples.append(("sglang_dsv4_last_heal_timestamp_seconds", {}, float(healed["time"])))
+        samples.append(("sglang_dsv4_last_heal_rewrote", {}, 1.0 if healed.get("rewrote") else 0.0))
+    lines: list[str] = []
+    for name, (kind, text) in METRIC_HELP.items():
+        family = [f"{name}{_labels(**labels)} {_value(value)}" for n, labels, value in samples if n == name]
+        if family:
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", *family]
+    return "\n".join(lines) + "\n"
+
+
 USAGE = """usage: sglang_sampling_defaults.py heal MANAGED_JSON TARGET_GENERATION_CONFIG_JSON
-       sglang_sampling_defaults.py record RECORD_JSON INPUT..."""
+       sglang_sampling_defaults.py record RECORD_JSON INPUT...
+       sglang_sampling_defaults.py metrics OUT_PROM MANAGED_JSON TARGET_GENERATION_CONFIG_JSON UNIT=ROLE..."""
 
 
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "heal":
         managed, target = argv[1:]
-        if heal(managed, target):
+        healed = heal(managed, target)
+        write_status("heal.json", {"time": time.time(), "rewrote": healed, "path": target})
+        if healed:
             print(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
         else:
             print(f"sglang-dsv4: {target} holds the managed sampling defaults")
@@ -204,6 +339,11 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "record":
         entry = record(argv[1], argv[2:])
         print(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")
+        return 0
+    if len(argv) >= 4 and argv[0] == "metrics" and all("=" in unit for unit in argv[4:]):
+        out, managed, target = argv[1:4]
+        units = dict(unit.split("=", 1) for unit in argv[4:])
+        write_atomic(out, metrics(managed, target, units), mode=0o644)
         return 0
     print(USAGE, file=sys.stderr)
     return 2

@@ -168,6 +168,204 @@ def _sample(scores: list[float], params: dict[str, Any], temperature: float, rng
     return kept[-1][1]
 
 
+# --- metrics: names, types and labels held to sglang's own definitions by the contract tests -----------
+
+# The labels SGLang puts on every series of its scheduler and of its tokenizer manager
+# (sglang/srt/observability/metrics_collector.py, without priority scheduling or custom labels).
+SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
+TOKENIZER_LABELS = ("model_name", "engine_type")
+# SGLang's default buckets (TokenizerMetricsCollector) for the latency histograms the stand-in fills.
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
+ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.000,
+    2.000,
+    4.000,
+    6.000,
+    8.000,
+)
+E2E_BUCKETS = (
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+    10.0,
+    20.0,
+    40.0,
+    60.0,
+    80.0,
+    100.0,
+    200.0,
+    400.0,
+    600.0,
+    1200.0,
+    1800.0,
+    2400.0,
+)
+# name -> (type, collector, extra labels, buckets). Series SGLang exports from its first stats log on (the
+# gauges) are always emitted; counters and histograms appear with the first request, as in SGLang. The
+# failure counters appear in SGLang only after a failure, which the stand-in never has: the alert rules
+# on them are proven by `promtool test rules` (roles/sglang_monitoring/tests).
+METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
+    "sglang:num_running_reqs": ("gauge", "scheduler", (), ()),
+    "sglang:num_queue_reqs": ("gauge", "scheduler", (), ()),
+    "sglang:gen_throughput": ("gauge", "scheduler", (), ()),
+    "sglang:cache_hit_rate": ("gauge", "scheduler", (), ()),
+    "sglang:token_usage": ("gauge", "scheduler", (), ()),
+    "sglang:num_used_tokens": ("gauge", "scheduler", (), ()),
+    "sglang:max_total_num_tokens": ("gauge", "scheduler", (), ()),
+    "sglang:num_prefill_bootstrap_queue_reqs": ("gauge", "scheduler", (), ()),
+    "sglang:num_prefill_inflight_queue_reqs": ("gauge", "scheduler", (), ()),
+    "sglang:num_decode_prealloc_queue_reqs": ("gauge", "scheduler", (), ()),
+    "sglang:num_decode_transfer_queue_reqs": ("gauge", "scheduler", (), ()),
+    "sglang:kv_transfer_speed_gb_s": ("gauge", "scheduler", (), ()),
+    "sglang:kv_transfer_latency_ms": ("gauge", "scheduler", (), ()),
+    "sglang:num_bootstrap_failed_reqs_total": ("counter", "scheduler", (), ()),
+    "sglang:num_transfer_failed_reqs_total": ("counter", "scheduler", (), ()),
+    "sglang:prompt_tokens_total": ("counter", "tokenizer", ("is_streaming",), ()),
+    "sglang:generation_tokens_total": ("counter", "tokenizer", ("is_streaming",), ()),
+    "sglang:num_requests_total": ("counter", "tokenizer", ("is_streaming",), ()),
+    "sglang:num_aborted_requests_total": ("counter", "tokenizer", (), ()),
+    "sglang:time_to_first_token_seconds": ("histogram", "tokenizer", ("is_streaming",), TTFT_BUCKETS),
+    "sglang:inter_token_latency_seconds": ("histogram", "tokenizer", (), ITL_BUCKETS),
+    "sglang:e2e_request_latency_seconds": ("histogram", "tokenizer", ("is_streaming",), E2E_BUCKETS),
+}
+# A word of the toy sampler stands for one token; the lab's KV pool is this many tokens.
+LAB_MAX_TOTAL_TOKENS = 65536
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    return ",".join(f'{key}="{value}"' for key, value in labels.items())
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if not math.isinf(value) else "+Inf"
+
+
+class Metrics:
+    """SGLang's Prometheus series for one server, moved by the requests the stand-in serves."""
+
+    def __init__(self, served_model_name: str, engine_type: str) -> None:
+        base = {"model_name": served_model_name, "engine_type": engine_type}
+        self.base = {
+            "scheduler": {**base, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"},
+            "tokenizer": base,
+        }
+        self.lock = threading.Lock()
+        self.running = 0
+        self.values: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self.window: list[tuple[float, int]] = []
+
+    def _key(self, name: str, extra: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+        _, collector, names, _ = METRICS[name]
+        if tuple(extra) != names:
+            raise ValueError(f"{name} takes the extra labels {names}, not {tuple(extra)}")
+        return name, tuple({**self.base[collector], **extra}.items())
+
+    def inc(self, name: str, amount: float = 1.0, **extra: str) -> None:
+        key = self._key(name, extra)
+        with self.lock:
+            self.values[key] = self.values.get(key, 0.0) + amount
+
+    def observe(self, name: str, value: float, **extra: str) -> None:
+        key = self._key(name, extra)
+        buckets = METRICS[name][3]
+        with self.lock:
+            counts, total, count = self.values.get(key, ([0] * len(buckets), 0.0, 0))
+            counts = [c + (1 if value <= bound else 0) for c, bound in zip(counts, buckets, strict=True)]
+            self.values[key] = (counts, total + value, count + 1)
+
+    def started(self) -> None:
+        with self.lock:
+            self.running += 1
+
+    def finished(self, prompt_tokens: int, output_tokens: int, ttft: float, e2e: float) -> None:
+        streaming = {"is_streaming": "false"}
+        self.inc("sglang:num_requests_total", **streaming)
+        self.inc("sglang:prompt_tokens_total", prompt_tokens, **streaming)
+        self.inc("sglang:generation_tokens_total", output_tokens, **streaming)
+        self.observe("sglang:time_to_first_token_seconds", ttft, **streaming)
+        self.observe("sglang:e2e_request_latency_seconds", e2e, **streaming)
+        if output_tokens > 1:
+            self.observe("sglang:inter_token_latency_seconds", max(e2e - ttft, 0.0) / (output_tokens - 1))
+        now = time.time()
+        with self.lock:
+            self.running -= 1
+            self.window = [(t, n) for t, n in self.window if now - t < 10] + [(now, output_tokens)]
+
+    def gauges(self) -> dict[str, float]:
+        now = time.time()
+        with self.lock:
+            recent = sum(n for t, n in self.window if now - t < 10)
+            running = self.running
+        used = min(running * 512, LAB_MAX_TOTAL_TOKENS)
+        return {
+            "sglang:num_running_reqs": running,
+            "sglang:num_queue_reqs": 0,
+            "sglang:gen_throughput": recent / 10.0,
+            "sglang:cache_hit_rate": 0.0,
+            "sglang:token_usage": used / LAB_MAX_TOTAL_TOKENS,
+            "sglang:num_used_tokens": used,
+            "sglang:max_total_num_tokens": LAB_MAX_TOTAL_TOKENS,
+            "sglang:num_prefill_bootstrap_queue_reqs": 0,
+            "sglang:num_prefill_inflight_queue_reqs": 0,
+            "sglang:num_decode_prealloc_queue_reqs": 0,
+            "sglang:num_decode_transfer_queue_reqs": 0,
+            "sglang:kv_transfer_speed_gb_s": 0.0,
+            "sglang:kv_transfer_latency_ms": 0.0,
+        }
+
+    def exposition(self) -> str:
+        """The Prometheus text format, as prometheus_client writes it (counters without _total in TYPE)."""
+        scheduler = _label_text(self.base["scheduler"])
+        samples: dict[str, list[str]] = {}
+        for name, value in self.gauges().items():
+            samples.setdefault(name, []).append(f"{name}{{{scheduler}}} {_number(value)}")
+        with self.lock:
+            values = dict(self.values)
+        for (name, labels), value in sorted(values.items()):
+            kind, _, _, buckets = METRICS[name]
+            text = _label_text(dict(labels))
+            if kind == "counter":
+                samples.setdefault(name, []).append(f"{name}{{{text}}} {_number(value)}")
+                continue
+            counts, total, count = value
+            lines = samples.setdefault(name, [])
+            for bound, cumulative in zip(buckets, counts, strict=True):
+                lines.append(f'{name}_bucket{{{text},le="{_number(bound)}"}} {_number(cumulative)}')
+            lines.append(f'{name}_bucket{{{text},le="+Inf"}} {_number(count)}')
+            lines += [f"{name}_sum{{{text}}} {_number(total)}", f"{name}_count{{{text}}} {_number(count)}"]
+        out = []
+        for name, lines in samples.items():
+            kind = METRICS[name][0]
+            family = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
+            out += [f"# HELP {family} {family} (SGLang {VERSION}, lab stand-in)", f"# TYPE {family} {kind}", *lines]
+        return "\n".join(out) + "\n"
+
+
 # --- HTTP plumbing -------------------------------------------------------------------------------
 
 
@@ -246,8 +444,8 @@ class ServerApp(App):
         self.served_model_name = args.served_model_name or args.model_path
         self.ready = False
         self.started = time.time()
-        self.counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0, "num_requests_total": 0}
-        self.lock = threading.Lock()
+        engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
+        self.metrics = Metrics(self.served_model_name, engine_type)
         self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults)
         if self.model_defaults:
             log.info("%s", startup_line(self.model_defaults))
@@ -324,21 +522,19 @@ class ServerApp(App):
     def _metrics(self) -> Reply:
         if not self.args.enable_metrics:
             return _not_found()
-        labels = f'model_name="{self.served_model_name}"'
-        with self.lock:
-            lines = [f"sglang:{name}{{{labels}}} {value}" for name, value in self.counters.items()]
-        lines.append(f"sglang:num_running_reqs{{{labels}}} 0")
-        return 200, "\n".join(lines) + "\n", "text/plain; version=0.0.4"
+        return 200, self.metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8"
 
     def _run(self, prompt: str, params: dict[str, Any], body: dict[str, Any]) -> tuple[str, str, dict[str, int]]:
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
+        began = time.monotonic()
+        self.metrics.started()
         text, finish, produced = generate(prompt, params, max_tokens, body.get("seed"))
+        ended = time.monotonic()
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": produced}
         usage["total_tokens"] = usage["prompt_tokens"] + produced
-        with self.lock:
-            self.counters["num_requests_total"] += 1
-            self.counters["prompt_tokens_total"] += usage["prompt_tokens"]
-            self.counters["generation_tokens_total"] += produced
+        # The toy sampler makes every token in one go: the first token is taken to arrive after 1/produced.
+        elapsed = ended - began
+        self.metrics.finished(usage["prompt_tokens"], produced, elapsed / max(produced, 1), elapsed)
         return text, finish, usage
 
     def _extension(self, params: dict[str, Any], source: str) -> dict[str, Any]:
