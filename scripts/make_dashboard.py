@@ -103,12 +103,17 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 ],
             ),
             (
-                "KV transfer",
-                "none",
+                "KV transfer latency (prefill side)",
+                "ms",
                 [
-                    (f"sglang:kv_transfer_speed_gb_s{{{S}}}", "GB/s {{host}} {{role}}"),
-                    (f"sglang:kv_transfer_latency_ms{{{S}}}", "ms {{host}} {{role}}"),
+                    (quantile("0.5", "sglang:kv_transfer_latency_ms"), "p50 {{host}}"),
+                    (quantile("0.99", "sglang:kv_transfer_latency_ms"), "p99 {{host}}"),
                 ],
+            ),
+            (
+                "KV transfer speed (prefill side)",
+                "none",
+                [(quantile("0.5", "sglang:kv_transfer_speed_gb_s"), "median GB/s {{host}}")],
             ),
             (
                 "KV-transfer and bootstrap failures",
@@ -202,6 +207,10 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 "none",
                 [
                     (f"sglang_dsv4_last_rollout_success{{{S}}}", "rollout succeeded {{host}}"),
+                    (
+                        f"(time() - sglang_dsv4_last_rollout_timestamp_seconds{{{S}}}) / 86400",
+                        "days since the rollout {{host}}",
+                    ),
                     (f"sglang_dsv4_last_heal_rewrote{{{S}}}", "heal rewrote the file {{host}}"),
                 ],
             ),

@@ -241,8 +241,13 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
     "sglang:num_prefill_inflight_queue_reqs": ("gauge", "scheduler", (), ()),
     "sglang:num_decode_prealloc_queue_reqs": ("gauge", "scheduler", (), ()),
     "sglang:num_decode_transfer_queue_reqs": ("gauge", "scheduler", (), ()),
-    "sglang:kv_transfer_speed_gb_s": ("gauge", "scheduler", (), ()),
-    "sglang:kv_transfer_latency_ms": ("gauge", "scheduler", (), ()),
+    "sglang:kv_transfer_speed_gb_s": ("histogram", "scheduler", (), (0.1, 0.5, 1, 5, 10, 25, 50, 100, 200, 400)),
+    "sglang:kv_transfer_latency_ms": (
+        "histogram",
+        "scheduler",
+        (),
+        (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
+    ),
     "sglang:num_bootstrap_failed_reqs_total": ("counter", "scheduler", (), ()),
     "sglang:num_transfer_failed_reqs_total": ("counter", "scheduler", (), ()),
     "sglang:prompt_tokens_total": ("counter", "tokenizer", ("is_streaming",), ()),
@@ -255,6 +260,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
 }
 # A word of the toy sampler stands for one token; the lab's KV pool is this many tokens.
 LAB_MAX_TOTAL_TOKENS = 65536
+# Size of one token's KV cache in the lab's toy transfer figures.
+LAB_KV_MB_PER_TOKEN = 0.07
 
 
 def _label_text(labels: dict[str, str]) -> str:
@@ -302,6 +309,13 @@ class Metrics:
         with self.lock:
             self.running += 1
 
+    def transferred(self, prompt_tokens: int, seconds: float) -> None:
+        """A prefill server's KV transfer of one request (SGLang observes these on the prefill side)."""
+        megabytes = prompt_tokens * LAB_KV_MB_PER_TOKEN
+        seconds = max(seconds, 1e-4)
+        self.observe("sglang:kv_transfer_latency_ms", seconds * 1000)
+        self.observe("sglang:kv_transfer_speed_gb_s", megabytes / 1024 / seconds)
+
     def finished(self, prompt_tokens: int, output_tokens: int, ttft: float, e2e: float) -> None:
         streaming = {"is_streaming": "false"}
         self.inc("sglang:num_requests_total", **streaming)
@@ -334,8 +348,6 @@ class Metrics:
             "sglang:num_prefill_inflight_queue_reqs": 0,
             "sglang:num_decode_prealloc_queue_reqs": 0,
             "sglang:num_decode_transfer_queue_reqs": 0,
-            "sglang:kv_transfer_speed_gb_s": 0.0,
-            "sglang:kv_transfer_latency_ms": 0.0,
         }
 
     def exposition(self) -> str:
@@ -535,6 +547,8 @@ class ServerApp(App):
         # The toy sampler makes every token in one go: the first token is taken to arrive after 1/produced.
         elapsed = ended - began
         self.metrics.finished(usage["prompt_tokens"], produced, elapsed / max(produced, 1), elapsed)
+        if self.args.disaggregation_mode == "prefill":
+            self.metrics.transferred(usage["prompt_tokens"], elapsed)
         return text, finish, usage
 
     def _extension(self, params: dict[str, Any], source: str) -> dict[str, Any]:

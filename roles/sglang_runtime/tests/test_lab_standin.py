@@ -184,7 +184,7 @@ def test_info_endpoints_have_sglang_keys(stack):
     _, models = call(urls["decode"] + "/v1/models")
     assert models["object"] == "list" and models["data"][0]["id"] == "dsv4"
     status, metrics = call(urls["decode"] + "/metrics")
-    assert status == 200 and "sglang:num_requests_total" in metrics
+    assert status == 200 and "sglang:num_running_reqs{" in metrics
 
 
 def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
@@ -257,3 +257,43 @@ def test_openai_sampling_defaults_ignore_the_file(model):
 def test_only_the_server_is_imitated():
     assert standin.main([]) == 2
     assert standin.main(["router", "--port", "1"]) == 2
+
+
+def _samples(text: str) -> dict[str, float]:
+    """name{labels} -> value of a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def test_metrics_move_with_the_traffic_it_serves(stack):
+    urls, _ = stack
+    wait_status(urls["router"] + "/readiness", 200, timeout=30)
+    before = _samples(call(urls["prefill"] + "/metrics")[1])
+    for _ in range(3):
+        chat(urls["router"])
+    after = _samples(call(urls["prefill"] + "/metrics")[1])
+    labels = 'model_name="dsv4",engine_type="prefill",is_streaming="false"'
+    count = f"sglang:num_requests_total{{{labels}}}"
+    assert after[count] - before.get(count, 0.0) == 3
+    assert after[f"sglang:time_to_first_token_seconds_count{{{labels}}}"] >= 3
+    assert after[f'sglang:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}}'] == after[count]
+    scheduler = 'model_name="dsv4",engine_type="prefill",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+    # The prefill side observes one KV transfer per request, as SGLang does.
+    assert after[f"sglang:kv_transfer_latency_ms_count{{{scheduler}}}"] == after[count]
+    assert after[f"sglang:max_total_num_tokens{{{scheduler}}}"] == standin.LAB_MAX_TOTAL_TOKENS
+
+
+def test_metric_labels_are_checked_against_the_table():
+    metrics = standin.Metrics("m", "decode")
+    with pytest.raises(ValueError, match="is_streaming"):
+        metrics.inc("sglang:num_requests_total")
+    metrics.observe("sglang:inter_token_latency_seconds", 0.005)
+    text = metrics.exposition()
+    assert "# TYPE sglang:num_requests counter" not in text  # no request yet: counters appear with the first
+    assert 'sglang:inter_token_latency_seconds_bucket{model_name="m",engine_type="decode",le="0.004"} 0.0' in text
+    assert 'sglang:inter_token_latency_seconds_bucket{model_name="m",engine_type="decode",le="0.006"} 1.0' in text
+    assert "# TYPE sglang:num_running_reqs gauge" in text
