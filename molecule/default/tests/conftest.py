@@ -1,15 +1,17 @@
-"""Helpers for the lab tests of the default scenario: run deploy.yml as an operator would, read the lab keys."""
+"""Helpers for the lab tests of the default scenario (the shared ones live in molecule/shared/labtools.py)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+from labtools import ROOT, deploy, inventory, lab_secret, playbook, recap, text
+
+__all__ = ["ROOT", "deploy", "inventory", "lab_secret", "playbook", "recap", "text"]
 PORT_BASE = 32010
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 GENCONFIG = f"{MODEL}/generation_config.json"
@@ -20,50 +22,6 @@ MANAGED = (
 )
 
 
-def inventory() -> str:
-    return os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
-
-
 def instance() -> dict:
     """Address, port and key of molecule's (single) lab host."""
     return yaml.safe_load(Path(os.environ["MOLECULE_INSTANCE_CONFIG"]).read_text())[0]
-
-
-def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    """A playbook of the repository against molecule's instance, as an operator would run it."""
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), name, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
-        timeout=timeout,
-    )
-
-
-def deploy(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return playbook("deploy.yml", *args, **kwargs)
-
-
-def lab_secret(name: str) -> str:
-    """A lab key, decrypted from the lab inventory with the lab-only vault password."""
-    from ansible.parsing.vault import VaultLib, VaultSecret
-
-    text = (ROOT / "inventories/lab/group_vars/sglang_dsv4.yml").read_text()
-    vaulted = text.split(f"{name}: !vault |", 1)[1]
-    lines = []
-    for line in vaulted.splitlines()[1:]:
-        if not line.startswith("          "):
-            break
-        lines.append(line.strip())
-    password = (ROOT / "inventories/lab/vault-password.txt").read_bytes().strip()
-    return VaultLib([("lab", VaultSecret(password))]).decrypt("\n".join(lines)).decode()
-
-
-def text(run: subprocess.CompletedProcess) -> str:
-    """All a run printed: the default callback writes failures to stderr."""
-    return run.stdout + run.stderr
-
-
-def recap(output: str) -> str:
-    return output[output.rfind("PLAY RECAP") :]
