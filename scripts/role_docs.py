@@ -25,6 +25,7 @@ ROLE_ORDER = (
     "sglang_services",
     "sglang_verify",
     "sglang_rollout",
+    "sglang_monitoring",
     "lab_hosts",
 )
 

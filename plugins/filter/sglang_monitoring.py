@@ -13,8 +13,15 @@ import re
 from typing import Any
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
-LABEL_VALUE = re.compile(r"^[A-Za-z0-9_.:@/-]+$")
+DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
+LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@/-]+")
+USERNAME = re.compile(r"[A-Za-z0-9_.-]+")
+GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+THRESHOLDS = {
+    "alert_ttft_p99_seconds": (lambda v: v > 0, "a number of seconds above 0"),
+    "alert_token_usage_ratio": (lambda v: 0 < v <= 1, "a ratio in (0, 1]"),
+    "alert_router_5xx_ratio": (lambda v: 0 < v <= 1, "a ratio in (0, 1]"),
+}
 BCRYPT = re.compile(r"^\$2[aby]?\$[0-9]{2}\$[./A-Za-z0-9]{53}$")
 SCRAPE_JOBS = ("sglang", "sglang-router", "node", "prometheus", "dcgm")
 
@@ -62,10 +69,17 @@ def sglang_monitoring_errors(settings: dict[str, Any]) -> list[str]:
         errors.append(f"sglang_monitoring_dcgm_exporter_port={settings['dcgm_exporter_port']!r} must be a port number")
     for key in ("scrape_interval", "evaluation_interval", "retention", "textfile_interval"):
         value = settings[key]
-        if not isinstance(value, str) or not DURATION.match(value):
+        if not isinstance(value, str) or not DURATION.fullmatch(value):
             errors.append(f"sglang_monitoring_{key}={value!r} must be a Prometheus duration such as 15s, 1m or 15d")
-    if not isinstance(settings["fleet"], str) or not LABEL_VALUE.match(settings["fleet"]):
+    if not isinstance(settings["fleet"], str) or not LABEL_VALUE.fullmatch(settings["fleet"]):
         errors.append(f"sglang_monitoring_fleet={settings['fleet']!r} must be letters, digits and _ . : @ / -")
+    for key, (check, wanted) in THRESHOLDS.items():
+        value = settings.get(key, 1)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not check(value):
+            errors.append(f"sglang_monitoring_{key}={value!r} must be {wanted}")
+    group = settings.get("federation_group", "sglang_dsv4")
+    if not isinstance(group, str) or not GROUP.fullmatch(group):
+        errors.append(f"sglang_monitoring_federation_group={group!r} must be an inventory group name")
     ports = [settings["prometheus_port"], settings["node_exporter_port"]]
     if settings["dcgm_exporter_enabled"]:
         ports.append(settings["dcgm_exporter_port"])
@@ -92,7 +106,10 @@ def sglang_monitoring_errors(settings: dict[str, Any]) -> list[str]:
                 f"{', '.join(exposed)} listens beyond loopback: set {', '.join(missing)} (TLS and basic "
                 "authentication), or sglang_monitoring_trusted_network=true if a trusted network fronts it"
             )
-    if web.get("password_hash") and not BCRYPT.match(str(web["password_hash"])):
+    username = web.get("username", "prometheus")
+    if not isinstance(username, str) or not USERNAME.fullmatch(username):
+        errors.append(f"sglang_monitoring_web_username={username!r} must be letters, digits and _ . -")
+    if web.get("password_hash") and not BCRYPT.fullmatch(str(web["password_hash"])):
         errors.append("sglang_monitoring_web_password_hash must be a bcrypt hash ($2b$..., 60 characters)")
     if bool(web.get("tls_cert")) != bool(web.get("tls_key")):
         errors.append("sglang_monitoring_web_tls_cert and sglang_monitoring_web_tls_key go together")
