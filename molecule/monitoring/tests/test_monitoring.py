@@ -229,3 +229,16 @@ def test_a_monitoring_failure_never_touches_the_serving_units() -> None:
     assert checked.returncode == 0, text(checked)[-3000:]
     assert re.findall(r"changed=(\d+)", recap(text(checked))) == ["0", "0", "0"]
     assert {name: start_times(name) for name in GPU_HOSTS} == started
+
+
+def test_the_dashboard_is_provisioned_where_grafana_reads_it() -> None:
+    import yaml
+
+    folder = "/etc/grafana/provisioning/dashboards"
+    provider = yaml.safe_load(ssh(CENTRAL[0], f"cat {folder}/sglang-dsv4.yml"))
+    (entry,) = provider["providers"]
+    assert entry["type"] == "file" and entry["options"]["path"] == f"{folder}/sglang-dsv4"
+    installed = json.loads(ssh(CENTRAL[0], f"cat {folder}/sglang-dsv4/sglang-dsv4.json"))
+    assert installed == DASHBOARD
+    # Only where asked: the GPU hosts have no Grafana folder.
+    assert ssh("dsv4-mon-1", "ls /etc/grafana 2>/dev/null || true") == ""
