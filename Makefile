@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 LAB_HOSTS ?= 1
 
-.PHONY: bootstrap lab deploy lab-down test lint pytest molecule collection bench
+.PHONY: bootstrap lab deploy lab-down test lint sanity pytest molecule collection bench
 
 bootstrap:
 	@./scripts/bootstrap.sh
@@ -24,6 +24,9 @@ test: bootstrap
 
 lint: bootstrap
 	@./scripts/test.sh lint
+
+sanity: bootstrap
+	@./scripts/test.sh sanity
 
 pytest: bootstrap
 	@./scripts/test.sh pytest

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmarks rollouts on lab hosts and writes BENCHMARKS.md.
 
     .venv/bin/python bench/bench.py [--hosts 4] [--runs 3]
@@ -39,7 +38,7 @@ ENV = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PATH":
 
 
 def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=ENV)
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=ENV, check=False)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
     return result
@@ -105,13 +104,13 @@ def deploy(inventory: Path, hosts: int, extra: dict | None = None) -> tuple[floa
     if extra:
         argv += ["-e", json.dumps(extra)]
     seconds, result = timed(argv)
-    return seconds, sum(int(changed) for _, changed, _, _ in RECAP.findall(result.stdout))
+    return seconds, sum(int(changed) for _unused, changed, _unused2, _unused3 in RECAP.findall(result.stdout))
 
 
 def floor(inventory: Path, hosts: int) -> float:
     inventories = ["-i", "inventories/lab", "-i", str(inventory), "-l", limit(hosts)]
-    ping, _ = timed([str(BIN / "ansible"), *inventories, "all", "-m", "ansible.builtin.ping"])
-    stat, _ = timed([str(BIN / "ansible-playbook"), *inventories, "bench/floor.yml"])
+    ping, _unused = timed([str(BIN / "ansible"), *inventories, "all", "-m", "ansible.builtin.ping"])
+    stat, _unused = timed([str(BIN / "ansible-playbook"), *inventories, "bench/floor.yml"])
     return ping + stat
 
 

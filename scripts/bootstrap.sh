@@ -6,7 +6,7 @@ set -euo pipefail
 quiet_pip() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 cd "$(dirname "$0")/.."
 
-apt_packages=(debootstrap systemd-container openssh-client python3-venv)
+apt_packages=(debootstrap systemd-container openssh-client python3-venv shellcheck)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

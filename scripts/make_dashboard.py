@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Writes the Grafana dashboard of the sglang_monitoring role from the panel table below.
 
     python scripts/make_dashboard.py            # rewrites roles/sglang_monitoring/files/sglang-dsv4-dashboard.json

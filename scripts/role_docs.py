@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Writes the README's variables section from each role's meta/argument_specs.yml.
 
 scripts/role_docs.py          rewrite README.md between the markers
@@ -66,8 +65,8 @@ def render() -> str:
 
 
 def updated(readme: str) -> str:
-    head, _, rest = readme.partition(BEGIN)
-    _, _, tail = rest.partition(END)
+    head, _unused, rest = readme.partition(BEGIN)
+    _unused, _unused2, tail = rest.partition(END)
     return head + render() + tail
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test of the project: lint, pytest (unit, repository and contract tests), every molecule scenario.
-#   scripts/test.sh [lint|pytest|molecule]...   (default: all three, in that order)
+#   scripts/test.sh [lint|sanity|pytest|molecule]...   (default: all four, in that order)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PWD/.venv/bin:$PATH
@@ -12,6 +12,11 @@ lint() {
   ansible-lint --offline --profile production
   ruff check .
   ruff format --check .
+}
+
+sanity() {
+  echo "== ansible-test sanity"
+  ./scripts/sanity.sh
 }
 
 run_pytest() {
@@ -33,11 +38,12 @@ run_molecule() {
 }
 
 steps=("$@")
-((${#steps[@]})) || steps=(lint pytest molecule)
+((${#steps[@]})) || steps=(lint sanity pytest molecule)
 for step in "${steps[@]}"; do
   started=$SECONDS
   case $step in
     lint) lint ;;
+    sanity) sanity ;;
     pytest) run_pytest ;;
     molecule) run_molecule ;;
     *) echo "unknown step: $step" >&2; exit 2 ;;

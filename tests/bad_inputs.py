@@ -44,7 +44,8 @@ def run(playbook: str, inventories: list[str], workdir: Path, extra: list[str] |
         "ANSIBLE_CALLBACK_TREE_DIR": str(tree),
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
     }
-    out = subprocess.run([*argv, *(extra or [])], cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+    command = [*argv, *(extra or [])]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900, check=False)
     output = out.stdout + out.stderr
     failures = {}
     for result in tree.iterdir():

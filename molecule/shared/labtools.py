@@ -23,6 +23,7 @@ def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None)
         text=True,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(env or {})},
         timeout=timeout,
+        check=False,
     )
 
 

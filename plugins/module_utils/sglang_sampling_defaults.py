@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """The collection's host-side helper: managed sampling defaults, and what each server started from.
 
 One implementation, used three ways, standard library only:
@@ -192,7 +191,7 @@ def started_defaults(paths: list[str]) -> dict[str, Any]:
     """The five sampling keys of the generation_config.json among the inputs, as SGLang will read them."""
     for path in paths:
         if os.path.basename(path) == "generation_config.json":
-            config, _ = load(path)
+            config, _unused = load(path)
             return {k: (config or {})[k] for k in SAMPLING_KEYS if (config or {}).get(k) is not None}
     return {}
 
@@ -285,7 +284,7 @@ def metrics(managed_path: str, target_path: str, units: dict[str, str], now: flo
     for key, value in expected.items():
         samples.append(("sglang_dsv4_managed_sampling_default", {"key": key}, float(value)))
     try:
-        config, _ = load(target_path)
+        config, _unused = load(target_path)
     except ValueError:
         config = None
     for key in SAMPLING_KEYS:

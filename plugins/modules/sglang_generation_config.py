@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Ansible module: set SGLang's sampling defaults in a model's generation_config.json."""
 
 from __future__ import annotations
@@ -29,7 +29,17 @@ options:
     description: Keep a timestamped copy of the file before each change.
     type: bool
     default: true
-author: dsv4 deployment team
+author: dsv4 deployment team (@dsv4)
+"""
+
+EXAMPLES = r"""
+- name: Temperature 0.6 and top_p 0.95 as the model's defaults, every other key kept
+  dsv4.sglang.sglang_generation_config:
+    path: /srv/models/DeepSeek-V4-Flash/generation_config.json
+    sampling:
+      temperature: 0.6
+      top_p: 0.95
+      top_k: null
 """
 
 RETURN = r"""

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Ansible module: read a host's whole SGLang state at once and compute its plan (read-only)."""
 
 from __future__ import annotations
@@ -64,11 +64,10 @@ options:
     type: bool
     default: false
   api_key:
-    description: Client API key for the servers' C(/server_info).
+    description: Client API key for the servers' C(/server_info) (never logged).
     type: str
     default: ''
-    no_log: true
-author: dsv4 deployment team
+author: dsv4 deployment team (@dsv4)
 """
 
 EXAMPLES = r"""
@@ -109,9 +108,10 @@ import json
 import os
 import pwd
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
@@ -141,15 +141,13 @@ def systemd_units(module: AnsibleModule, names: list[str]) -> dict[str, dict[str
 
 
 def http_get(url: str, api_key: str = "") -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with open_url(url, headers=headers, timeout=5, validate_certs=False, use_proxy=False) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, b""
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, UrlConnectionError):
         return 0, b""
 
 
@@ -192,7 +190,7 @@ def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected:
     failures: dict[str, list[str]] = {"servers": [], "router": []}
     for unit in units:
         name, group = unit["name"], unit["group"]
-        status, _ = http_get(unit["health_url"])
+        status, _unused = http_get(unit["health_url"])
         if status != 200:
             failures[group].append(f"{name}: {unit['health_url']} answered {status or 'nothing'}")
             continue
@@ -204,7 +202,7 @@ def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected:
             failures[group].append(f"{name}: /server_info says sampling_defaults={mode} (status {status})")
             continue
         invocation = state[name].get("invocation")
-        rc, journal, _ = module.run_command(
+        rc, journal, _unused = module.run_command(
             ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"]
         )
         logged = startup_defaults(journal) if rc == 0 and invocation else None
@@ -238,7 +236,7 @@ def check_errors(module: AnsibleModule, checks: dict) -> list[str]:
             errors.append(f"sglang_common_model_path={model_path} does not hold {name}: put the model there first")
     gpus = int(checks.get("gpus") or 0)
     if gpus:
-        rc, out, _ = module.run_command(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
+        rc, out, _unused = module.run_command(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
         found = len(out.split()) if rc == 0 else 0
         if found != gpus:
             errors.append(

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Ansible module: take, renew or release the per-host rollout lock (a lease)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ description:
     and changes nothing. C(force) removes a lock left by a killed run first.
   - C(renewed) extends this run's lease and fails if this run no longer holds the lock.
   - C(released) removes the lock only if this run holds it.
-  - Bookkeeping, not a change of the deployment: always reports unchanged.
+  - Bookkeeping, not a change of the deployment, so it always reports unchanged.
 options:
   path:
     description: The lock folder.
@@ -39,7 +39,7 @@ options:
     description: Remove a lock held by another run before taking it (only when that run is known to be dead).
     type: bool
     default: false
-author: dsv4 deployment team
+author: dsv4 deployment team (@dsv4)
 """
 
 EXAMPLES = r"""

@@ -32,7 +32,7 @@ def test_a_killed_run_leaves_an_expired_lease_that_is_reported_not_taken(tmp_pat
     lock.acquire(path, "run-dead", "carol", 1)
     holder = lock.inspect(path, now=time.time() + 5)
     assert holder["expired"] and "EXPIRED" in lock.describe(holder)
-    taken, _ = lock.acquire(path, "run-new", "dave", 600)
+    taken, _unused = lock.acquire(path, "run-new", "dave", 600)
     assert not taken
 
 

@@ -11,9 +11,9 @@ RUNNING = {"active": "active", "invocation": "inv-1", "need_reload": False}
 GROUPS = {"sglang-dsv4-prefill": "servers", "sglang-dsv4-decode": "servers", "sglang-dsv4-router": "router"}
 
 
-def status(unit=RUNNING, record_digest="d-now", desired="d-now", current="d-now", invocation="inv-1"):
+def status(unit=None, record_digest="d-now", desired="d-now", current="d-now", invocation="inv-1"):
     record = {"digest": record_digest, "invocation": invocation} if record_digest else None
-    return plan.unit_status(unit, record, desired, current)
+    return plan.unit_status(RUNNING if unit is None else unit, record, desired, current)
 
 
 def test_a_service_started_from_what_its_inputs_will_be_is_current():

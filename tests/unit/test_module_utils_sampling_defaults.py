@@ -138,7 +138,7 @@ def test_metrics_see_a_hand_edit_by_content_and_a_start_without_the_line(tmp_pat
 
 def test_metrics_formatting_alone_is_not_drift(tmp_path, monkeypatch):
     config = sd.merge(json.loads(PLANTED), PROJECT)
-    _, target = _metrics(tmp_path, monkeypatch, None, {}, "")
+    _unused, target = _metrics(tmp_path, monkeypatch, None, {}, "")
     Path(target).write_text(json.dumps(config, indent=7, sort_keys=True))
     monkeypatch.setattr(sd, "_unit_state", lambda unit: {})
     text = sd.metrics(str(tmp_path / "managed.json"), target, {}, now=1.0)
@@ -160,7 +160,7 @@ def test_heal_and_rollout_results_reach_the_metrics(tmp_path, monkeypatch):
     target.write_text(PLANTED)
     assert sd.main(["heal", str(managed), str(target)]) == 0
     sd.write_status("rollout.json", {"time": 50.0, "success": False, "run": "r1"})
-    values, _ = _metrics(tmp_path, monkeypatch, json.loads(target.read_text()), {})
+    values, _unused = _metrics(tmp_path, monkeypatch, json.loads(target.read_text()), {})
     assert values["sglang_dsv4_last_heal_rewrote"] == 1
     assert values["sglang_dsv4_last_rollout_success"] == 0
     assert values["sglang_dsv4_last_rollout_timestamp_seconds"] == 50.0

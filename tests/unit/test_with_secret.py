@@ -60,5 +60,6 @@ def test_module_form_runs_a_module(tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "CREDENTIALS_DIRECTORY": str(tmp_path)},
+        check=False,
     )
     assert out.returncode == 0 and "json.tool" in out.stdout

@@ -129,6 +129,7 @@ def test_a_change_left_by_a_killed_run_is_repaired_by_the_next_run(host):
         cwd=ROOT,
         capture_output=True,
         text=True,
+        check=False,
     )
     assert stage.returncode == 0, stage.stdout
     out = deploy("-e", TEMPERATURE.format(0.7))
@@ -172,7 +173,7 @@ def test_two_runs_at_once_the_second_fails_and_changes_nothing(host):
     first = deploy_in_background("-e", TEMPERATURE.format(0.7), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     wait_until(lambda: host.file(f"{LOCK}/owner.json").exists, first, "took the lock")
     second = deploy("-e", TEMPERATURE.format(0.8))
-    first_out, _ = first.communicate(timeout=600)
+    first_out, _unused = first.communicate(timeout=600)
     assert second.returncode != 0
     assert "is held by" in text(second) and "Nothing was changed" in text(second)
     assert "Take the rollout lock" not in second.stdout and "Put this run's snapshot back" not in second.stdout

@@ -23,7 +23,7 @@ DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 
 def render_rules(**overrides: object) -> str:
     """templates/sglang-dsv4.rules.yml.j2 as the role renders it ([[ ]] is Jinja there, {{ }} Prometheus's)."""
-    header, _, body = (ROLE / "templates/sglang-dsv4.rules.yml.j2").read_text().partition("\n")
+    header, _unused, body = (ROLE / "templates/sglang-dsv4.rules.yml.j2").read_text().partition("\n")
     assert header.startswith("#jinja2:") and "variable_start_string:'[['" in header
     # A YAML file, not HTML: nothing to escape (as in Ansible's template module).
     env = jinja2.Environment(  # noqa: S701

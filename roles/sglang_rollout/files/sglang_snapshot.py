@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Snapshot managed files before a rollout and put them back on rollback.
 
     sglang_snapshot.py save SNAPSHOT_DIR [--keep N] FILE...   copy each FILE (noting the ones that do not exist);

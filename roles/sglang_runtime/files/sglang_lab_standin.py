@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """LAB TOOL: a GPU-less stand-in for the SGLang 0.5.23 server (prefill and decode).
 
 It exists so that the units, restarts, health gates and sampling defaults of this collection can be
@@ -121,7 +120,7 @@ def generate(prompt: str, params: dict[str, Any], max_tokens: int, seed: int | N
     previous = prompt.split()[-1] if prompt.split() else "the"
     out: list[str] = []
     temperature = float(params["temperature"])
-    for _ in range(max_tokens):
+    for _unused in range(max_tokens):
         scores = _logits(previous)
         scores = _penalize(scores, words, set(out), float(params["repetition_penalty"]))
         if temperature <= 1e-5:
@@ -160,7 +159,7 @@ def _sample(scores: list[float], params: dict[str, Any], temperature: float, rng
         mass += p
         if mass >= float(params["top_p"]):
             break
-    pick = rng.random() * sum(p for p, _ in kept)
+    pick = rng.random() * sum(p for p, _unused in kept)
     for p, i in kept:
         pick -= p
         if pick <= 0:
@@ -287,7 +286,7 @@ class Metrics:
         self.window: list[tuple[float, int]] = []
 
     def _key(self, name: str, extra: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
-        _, collector, names, _ = METRICS[name]
+        _unused, collector, names, _unused2 = METRICS[name]
         if tuple(extra) != names:
             raise ValueError(f"{name} takes the extra labels {names}, not {tuple(extra)}")
         return name, tuple({**self.base[collector], **extra}.items())
@@ -359,7 +358,7 @@ class Metrics:
         with self.lock:
             values = dict(self.values)
         for (name, labels), value in sorted(values.items()):
-            kind, _, _, buckets = METRICS[name]
+            kind, _unused, _unused2, buckets = METRICS[name]
             text = _label_text(dict(labels))
             if kind == "counter":
                 samples.setdefault(name, []).append(f"{name}{{{text}}} {_number(value)}")
@@ -408,7 +407,7 @@ class Handler(BaseHTTPRequestHandler):
         key = self.app.api_key
         if not key or self.path.startswith(UNAUTHENTICATED_PREFIXES):
             return True
-        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        scheme, _unused, token = (self.headers.get("Authorization") or "").partition(" ")
         return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
 
     def _dispatch(self, method: str) -> None:
@@ -659,7 +658,7 @@ def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> list
 
     The deployment writes this file as JSON, which is also YAML, so the standard library reads it.
     """
-    known, _ = parser.parse_known_args(argv)
+    known, _unused = parser.parse_known_args(argv)
     if not known.config:
         return argv
     options = json.loads(Path(known.config).read_text())

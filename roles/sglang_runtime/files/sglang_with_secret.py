@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Start a Python program with its keys read from systemd credentials, not from the command line.
 
     sglang_with_secret.py -m MODULE [ARGS...]     (as `python -m MODULE ARGS...`)

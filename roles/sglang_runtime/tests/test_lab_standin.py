@@ -171,7 +171,7 @@ def test_servers_log_like_sglang_and_router_waits_for_both(stack):
 
 
 def test_info_endpoints_have_sglang_keys(stack):
-    urls, _ = stack
+    urls, _unused = stack
     wait_status(urls["prefill"] + "/health", 200)
     for path in ("/server_info", "/get_server_info"):
         status, info = call(urls["prefill"] + path)
@@ -179,18 +179,18 @@ def test_info_endpoints_have_sglang_keys(stack):
         assert info["sampling_defaults"] == "model" and info["disaggregation_mode"] == "prefill"
         assert info["version"] == "0.5.23" and info["tp_size"] == 1
         assert info["lab_unparsed_args"] == {"mem_fraction_static": "0.8"}
-    _, model_info = call(urls["prefill"] + "/model_info")
+    _unused, model_info = call(urls["prefill"] + "/model_info")
     assert {"model_path", "served_model_name", "preferred_sampling_params", "disaggregation_mode"} <= set(model_info)
-    _, models = call(urls["decode"] + "/v1/models")
+    _unused, models = call(urls["decode"] + "/v1/models")
     assert models["object"] == "list" and models["data"][0]["id"] == "dsv4"
     status, metrics = call(urls["decode"] + "/metrics")
     assert status == 200 and "sglang:num_running_reqs{" in metrics
 
 
 def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
-    urls, _ = stack
+    urls, _unused = stack
     wait_status(urls["router"] + "/readiness", 200, timeout=30)
-    answers = [chat(urls["router"]) for _ in range(4)]
+    answers = [chat(urls["router"]) for _unused in range(4)]
     for answer in answers:
         assert answer["sglang_lab"]["sampling_params"] == {
             "temperature": 0.6,
@@ -204,9 +204,9 @@ def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
 
 
 def test_greedy_is_deterministic_and_repetitive(stack):
-    urls, _ = stack
+    urls, _unused = stack
     wait_status(urls["decode"] + "/health", 200)
-    first, second = (chat(urls["decode"], temperature=0, max_tokens=64) for _ in range(2))
+    first, second = (chat(urls["decode"], temperature=0, max_tokens=64) for _unused in range(2))
     text = first["choices"][0]["message"]["content"]
     assert text == second["choices"][0]["message"]["content"]
     words = text.split()
@@ -215,7 +215,7 @@ def test_greedy_is_deterministic_and_repetitive(stack):
 
 
 def test_completions_use_fixed_defaults(stack):
-    urls, _ = stack
+    urls, _unused = stack
     wait_status(urls["decode"] + "/health", 200)
     status, body = call(urls["decode"] + "/v1/completions", {"model": "dsv4", "prompt": "hello"})
     assert status == 200
@@ -270,10 +270,10 @@ def _samples(text: str) -> dict[str, float]:
 
 
 def test_metrics_move_with_the_traffic_it_serves(stack):
-    urls, _ = stack
+    urls, _unused = stack
     wait_status(urls["router"] + "/readiness", 200, timeout=30)
     before = _samples(call(urls["prefill"] + "/metrics")[1])
-    for _ in range(3):
+    for _unused in range(3):
         chat(urls["router"])
     after = _samples(call(urls["prefill"] + "/metrics")[1])
     labels = 'model_name="dsv4",engine_type="prefill",is_streaming="false"'

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Wait until a service's health URL answers 200, so systemd counts the unit as started only then.
 
 Servers are asked /health; the router /readiness (200 only once its workers are healthy; its /health answers
