@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test of the project: lint, pytest (unit, repository and contract tests), every molecule scenario.
-#   scripts/test.sh [lint|sanity|pytest|molecule]...   (default: all four, in that order)
+#   scripts/test.sh [lint|sanity|pytest|collection|molecule]...   (default: all, in that order)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PWD/.venv/bin:$PATH
@@ -12,6 +12,7 @@ lint() {
   ansible-lint --offline --profile production
   ruff check .
   ruff format --check .
+  antsibull-changelog lint
 }
 
 sanity() {
@@ -26,6 +27,20 @@ run_pytest() {
   python -m pytest -q
 }
 
+# Build the tarball, install it into a temporary collections path and check it; the molecule scenarios then run
+# the collection from there (first in ANSIBLE_COLLECTIONS_PATH, see .config/molecule/config.yml).
+collection_work=""
+trap '[[ -z $collection_work ]] || rm -rf "$collection_work"' EXIT
+collection() {
+  echo "== collection tarball"
+  collection_work=$(mktemp -d /tmp/dsv4-collection.XXXXXX)
+  local work=$collection_work
+  ansible-galaxy collection build --force --output-path "$work" >/dev/null
+  ansible-galaxy collection install --offline --force -p "$work/collections" "$work"/dsv4-sglang-*.tar.gz >/dev/null
+  python scripts/check_tarball.py "$work"/dsv4-sglang-*.tar.gz "$work/collections"
+  export DSV4_COLLECTIONS_PATH=$work/collections
+}
+
 run_molecule() {
   echo "== molecule"
   local scenario
@@ -38,12 +53,13 @@ run_molecule() {
 }
 
 steps=("$@")
-((${#steps[@]})) || steps=(lint sanity pytest molecule)
+((${#steps[@]})) || steps=(lint sanity pytest collection molecule)
 for step in "${steps[@]}"; do
   started=$SECONDS
   case $step in
     lint) lint ;;
     sanity) sanity ;;
+    collection) collection ;;
     pytest) run_pytest ;;
     molecule) run_molecule ;;
     *) echo "unknown step: $step" >&2; exit 2 ;;

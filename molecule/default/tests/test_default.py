@@ -216,3 +216,24 @@ def test_check_diff_prints_the_plan_with_the_json_change_and_changes_nothing(hos
     assert "its inputs change in this run" in out.stdout
     assert "PLAY [Apply" not in out.stdout or "skipping: no hosts matched" in out.stdout
     assert host.check_output(f"sha256sum {GENCONFIG} /etc/sglang-dsv4/sampling-defaults.json") == before
+
+
+def test_the_collection_in_use_is_the_one_installed_from_the_tarball():
+    """scripts/test.sh installs the built tarball and puts it first on the collections path of every scenario."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    installed = os.environ.get("DSV4_COLLECTIONS_PATH")
+    if not installed:
+        pytest.skip("molecule run by hand: the checkout is the collection (scripts/test.sh sets DSV4_COLLECTIONS_PATH)")
+    doc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "role", "dsv4.sglang.sglang_services"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert doc.returncode == 0, doc.stderr
+    assert f"({installed}/ansible_collections/dsv4/sglang)" in doc.stdout
