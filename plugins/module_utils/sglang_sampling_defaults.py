@@ -325,28 +325,33 @@ USAGE = """usage: sglang_sampling_defaults.py heal MANAGED_JSON TARGET_GENERATIO
        sglang_sampling_defaults.py metrics OUT_PROM MANAGED_JSON TARGET_GENERATION_CONFIG_JSON UNIT=ROLE..."""
 
 
+def say(line: str, stream=None) -> None:
+    """A line for the journal (the helper runs as a systemd ExecStartPre= command)."""
+    (stream or sys.stdout).write(line + "\n")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "heal":
         managed, target = argv[1:]
         healed = heal(managed, target)
         write_status("heal.json", {"time": time.time(), "rewrote": healed, "path": target})
         if healed:
-            print(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
+            say(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
         else:
-            print(f"sglang-dsv4: {target} holds the managed sampling defaults")
+            say(f"sglang-dsv4: {target} holds the managed sampling defaults")
         return 0
     if len(argv) >= 3 and argv[0] == "record":
         entry = record(argv[1], argv[2:])
-        print(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")
+        say(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")
         return 0
     if len(argv) >= 4 and argv[0] == "metrics" and all("=" in unit for unit in argv[4:]):
         out, managed, target = argv[1:4]
         units = dict(unit.split("=", 1) for unit in argv[4:])
         write_atomic(out, metrics(managed, target, units), mode=0o644)
         return 0
-    print(USAGE, file=sys.stderr)
+    say(USAGE, sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))
