@@ -34,6 +34,11 @@ from typing import Any
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
+def _kind(value: Any) -> str:
+    """The plain type name (newer ansible-core hands over tagged subclasses of str, dict, ...)."""
+    return next((t.__name__ for t in (bool, int, float, str, list, dict) if isinstance(value, t)), type(value).__name__)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -56,7 +61,7 @@ def validate(sampling: dict[str, Any], allow_greedy: bool = False) -> list[str]:
             continue
         check, wanted = rules[key]
         if not _is_number(value):
-            errors.append(f"{key}={value!r} must be a number ({wanted}), not {type(value).__name__}")
+            errors.append(f"{key}={value!r} must be a number ({wanted}), not {_kind(value)}")
         elif not check(value):
             errors.append(f"{key}={value!r} must be {wanted}")
     temperature = sampling.get("temperature")
