@@ -186,7 +186,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_lab_api_key_is_vault_encrypted_and_production_holds_no_secret():
-    lab = (ROOT / "inventories/lab/group_vars/sglang_dsv4.yml").read_text()
+    lab = (ROOT / "inventories/lab/group_vars/sglang_dsv4/keys.yml").read_text()
     assert "sglang_services_api_key: !vault |" in lab
     assert "$ANSIBLE_VAULT;1.2;AES256;lab" in lab
     production = "".join(p.read_text() for p in (ROOT / "inventories/production").rglob("*.yml"))

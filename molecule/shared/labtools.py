@@ -35,7 +35,7 @@ def lab_secret(name: str) -> str:
     """A lab key, decrypted from the lab inventory with the lab-only vault password."""
     from ansible.parsing.vault import VaultLib, VaultSecret
 
-    text = (ROOT / "inventories/lab/group_vars/sglang_dsv4.yml").read_text()
+    text = (ROOT / "inventories/lab/group_vars/sglang_dsv4/keys.yml").read_text()
     vaulted = text.split(f"{name}: !vault |", 1)[1]
     lines = []
     for line in vaulted.splitlines()[1:]:
