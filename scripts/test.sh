@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test of the project: lint, pytest (unit, repository and contract tests), every molecule scenario.
-#   scripts/test.sh [lint|sanity|pytest|collection|molecule]...   (default: all, in that order)
+#   scripts/test.sh [lint|sanity|pytest|collection|molecule]...   (default: all; lint, sanity and pytest at once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PWD/.venv/bin:$PATH
@@ -52,15 +52,8 @@ run_molecule() {
   done
 }
 
-steps=("$@")
-((${#steps[@]})) || steps=(lint sanity pytest collection molecule)
-# The second controller's tree (newest ansible-core, used by the monitoring scenario) is made while the other
-# steps run; its `run` waits for this build (a lock) and makes the tree itself if this build failed.
-if [[ " ${steps[*]} " == *" molecule "* ]]; then
-  ./scripts/newest-controller.sh build >/tmp/dsv4-newest-controller.log 2>&1 &
-fi
-for step in "${steps[@]}"; do
-  started=$SECONDS
+run_step() {
+  local step=$1 started=$SECONDS
   case $step in
     lint) lint ;;
     sanity) sanity ;;
@@ -70,4 +63,31 @@ for step in "${steps[@]}"; do
     *) echo "unknown step: $step" >&2; exit 2 ;;
   esac
   echo "== $step: $((SECONDS - started)) s"
+}
+
+steps=("$@")
+if ((${#steps[@]} == 0)); then
+  # Everything. The second controller's tree (newest ansible-core, for the monitoring scenario) is made meanwhile;
+  # its `run` waits for this build (a lock) and makes the tree itself if this build failed.
+  ./scripts/newest-controller.sh build >/tmp/dsv4-newest-controller.log 2>&1 &
+  # lint, sanity and pytest share nothing: they run side by side, each into its own log, shown in order.
+  logs=$(mktemp -d)
+  started=$SECONDS
+  pids=()
+  for step in lint sanity pytest; do
+    (run_step "$step") >"$logs/$step.log" 2>&1 &
+    pids+=("$!")
+  done
+  failed=0
+  for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+  done
+  cat "$logs/lint.log" "$logs/sanity.log" "$logs/pytest.log"
+  rm -rf "$logs"
+  echo "== lint, sanity and pytest side by side: $((SECONDS - started)) s"
+  ((failed == 0)) || exit 1
+  steps=(collection molecule)
+fi
+for step in "${steps[@]}"; do
+  run_step "$step"
 done
