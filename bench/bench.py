@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PREFIX = "dsv4-bench"
 SSH_PORT_BASE = 2600
-SERVICE_PORT_BASE = 35000
+SERVICE_PORT_BASE = 27000
 KEY = "/var/lib/sglang-dsv4-lab/id_ed25519"
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)

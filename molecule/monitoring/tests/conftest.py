@@ -15,8 +15,8 @@ from labtools import ROOT, lab_secret, playbook, recap, text
 __all__ = ["ROOT", "lab_secret", "playbook", "recap", "text"]
 # Port blocks from molecule.yml: router +0, prefill +1, decode +2, bootstrap +3, router metrics +4,
 # Prometheus +5, node_exporter +6.
-GPU_HOSTS = {"dsv4-mon-1": 34010, "dsv4-mon-2": 34020}
-CENTRAL = ("dsv4-mon-3", 34030)
+GPU_HOSTS = {"dsv4-mon-1": 28010, "dsv4-mon-2": 28020}
+CENTRAL = ("dsv4-mon-3", 28030)
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 
 
