@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -47,3 +48,21 @@ def test_dead_main_process_stops_the_wait_at_once(server, monkeypatch):
     dead = subprocess.Popen(["true"])
     dead.wait()
     assert gate.wait(f"http://127.0.0.1:{server.server_port}/health", 60, dead.pid) is False
+
+
+def test_a_main_process_of_another_user_counts_as_alive(monkeypatch):
+    """ProtectProc=invisible hides a process that still belongs to root right after the fork; kill(pid, 0)
+    answers EPERM for it, and it must not be taken for a process that has exited (a flaky router start)."""
+
+    def denied(pid, signal):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(gate.os, "kill", denied)
+    assert gate.alive(12345) is True
+
+
+def test_a_gone_main_process_is_seen():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert gate.alive(gone.pid) is False
+    assert gate.alive(os.getpid()) is True

@@ -29,7 +29,21 @@ def healthy(url: str) -> bool:
 
 
 def alive(pid: int | None) -> bool:
-    return pid is None or os.path.exists(f"/proc/{pid}")
+    """Whether the main process still exists.
+
+    Asked with kill(pid, 0), not through /proc: the unit has ProtectProc=invisible, and right after the fork
+    (when systemd starts ExecStartPost= for Type=simple) the main process still belongs to root, so its /proc
+    entry is hidden from this check, which runs as the service user. A process of another user answers EPERM.
+    """
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def wait(url: str, timeout: float, pid: int | None = None, interval: float = 0.5) -> bool:
