@@ -12,6 +12,8 @@ import ipaddress
 import re
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address
+
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@/-]+")
@@ -30,20 +32,8 @@ def _is_port(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
 
 
-def _is_address(text: Any) -> bool:
-    if not isinstance(text, str):
-        return False
-    if text == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def is_loopback(address: str) -> bool:
-    return address in LOOPBACK or (_is_address(address) and ipaddress.ip_address(address).is_loopback)
+    return address in LOOPBACK or (is_address(address) and ipaddress.ip_address(address).is_loopback)
 
 
 def _hostport(address: str, port: int) -> str:
@@ -61,7 +51,7 @@ def sglang_monitoring_errors(settings: dict[str, Any]) -> list[str]:
     for name in ("prometheus", "node_exporter"):
         address = settings[f"{name}_listen_address"]
         port = settings[f"{name}_port"]
-        if not _is_address(address):
+        if not is_address(address):
             errors.append(f"sglang_monitoring_{name}_listen_address={address!r} must be an IP address (or localhost)")
         if not _is_port(port):
             errors.append(f"sglang_monitoring_{name}_port={port!r} must be a port number (1-65535)")
@@ -92,7 +82,7 @@ def sglang_monitoring_errors(settings: dict[str, Any]) -> list[str]:
     exposed = [
         f"sglang_monitoring_{name}_listen_address={settings[f'{name}_listen_address']}"
         for name in ("prometheus", "node_exporter")
-        if _is_address(settings[f"{name}_listen_address"]) and not is_loopback(settings[f"{name}_listen_address"])
+        if is_address(settings[f"{name}_listen_address"]) and not is_loopback(settings[f"{name}_listen_address"])
     ]
     web = settings["web"]
     if exposed and not settings["trusted_network"]:

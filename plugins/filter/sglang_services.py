@@ -7,8 +7,9 @@ unit template renders. Both are plain functions, tested in tests/test_filters.py
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address
 
 VAR = "sglang_services_topology"
 SERVER_MODES = ("prefill", "decode")
@@ -65,7 +66,7 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
             else:
                 port_owner[port] = f"{where}.{key}"
         for key in ("host", "metrics_host"):
-            if key in svc and (not isinstance(svc[key], str) or not _is_address(svc[key])):
+            if key in svc and (not isinstance(svc[key], str) or not is_address(svc[key])):
                 errors.append(f"{where}.{key}={svc[key]!r} must be an IP address (or localhost)")
         flags = svc.get("extra_flags", [])
         if not isinstance(flags, list) or not all(isinstance(flag, (str, int, float)) for flag in flags):
@@ -84,16 +85,6 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
         if numa is not None and (not _is_int(numa) or numa < 0):
             errors.append(f"{where}.numa_node={numa!r} must be a NUMA node number or null")
     return errors
-
-
-def _is_address(text: str) -> bool:
-    if text == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def router_url(svc: dict[str, Any], tls: bool = False) -> str:

@@ -11,6 +11,7 @@ Both parsers accept unique prefixes (argparse's allow_abbrev), so a prefix of a 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -61,6 +62,19 @@ REMOVED_VARIABLES: dict[str, str] = {
     "sglang_rollout_lock_timeout": "nothing: a locked host stops the run in the plan (see sglang_rollout_break_lock)",
     "sglang_verify_health_timeout": "sglang_services_timeout_start_sec",
 }
+
+
+def is_address(text: Any) -> bool:
+    """An IP address (v4 or v6) or localhost: what the services and the monitoring may listen on."""
+    if not isinstance(text, str):
+        return False
+    if text == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _control_character(text: str) -> str | None:

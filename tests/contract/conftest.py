@@ -33,6 +33,19 @@ def sglang_python() -> str:
 
 
 @pytest.fixture(scope="session")
+def router_binary_strings(sglang_python: str) -> str:
+    """The real sglang-router's compiled library as text: its route table, metric and label names are literals."""
+    out = subprocess.run(
+        [sglang_python, "-c", "import sglang_router, pathlib; print(pathlib.Path(sglang_router.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    binary = next(Path(out.stdout.strip()).glob("sglang_router_rs*.so"))
+    return binary.read_bytes().decode("latin-1")
+
+
+@pytest.fixture(scope="session")
 def ask_sglang(sglang_python: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def ask(request: dict[str, Any]) -> dict[str, Any]:
         out = subprocess.run(

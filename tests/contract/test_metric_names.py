@@ -115,25 +115,16 @@ def test_sglang_names_in_the_dashboard_and_rules_exist_and_the_standin_emits_the
     assert names <= set(STANDIN.METRICS), names - set(STANDIN.METRICS)
 
 
-@pytest.fixture(scope="module")
-def router_strings(sglang_python: str) -> str:
-    out = subprocess.run(
-        [sglang_python, "-c", "import sglang_router, pathlib; print(pathlib.Path(sglang_router.__file__).parent)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return next(Path(out.stdout.strip()).glob("sglang_router_rs*.so")).read_bytes().decode("latin-1")
-
-
-def test_router_names_and_labels_exist_in_the_router(router_strings: str) -> None:
+def test_router_names_and_labels_exist_in_the_router(router_binary_strings: str) -> None:
     names = used("smg_")
     assert {"smg_worker_health", "smg_http_responses_total", "smg_router_request_errors_total"} <= names
     for name in names:
-        assert re.search(re.escape(name) + r"(?![a-z_])", router_strings), f"{name} is not a metric of sglang-router"
+        assert re.search(re.escape(name) + r"(?![a-z_])", router_binary_strings), (
+            f"{name} is not a metric of sglang-router"
+        )
     for label in ("worker", "status_code", "error_type"):
         assert any(label in q for q in queries())
-        assert label in router_strings
+        assert label in router_binary_strings
 
 
 def test_gpu_names_are_dcgm_default_counters() -> None:

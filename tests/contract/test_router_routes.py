@@ -6,27 +6,13 @@ test makes sure the fixture is the router's whole table, in its order, so no rou
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent
 ROUTES = yaml.safe_load((HERE / "router_routes.yml").read_text())
 CLASSES = {"inference", "open", "control", "ha"}
-
-
-@pytest.fixture(scope="module")
-def router_binary_strings(sglang_python: str) -> str:
-    out = subprocess.run(
-        [sglang_python, "-c", "import sglang_router, pathlib; print(pathlib.Path(sglang_router.__file__).parent)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    binary = next(Path(out.stdout.strip()).glob("sglang_router_rs*.so"))
-    return binary.read_bytes().decode("latin-1")
 
 
 def test_fixture_is_the_routers_route_table_in_order(router_binary_strings: str) -> None:
