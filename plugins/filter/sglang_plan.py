@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 
 
 def _proof(plan: dict[str, Any]) -> str:
@@ -29,6 +32,8 @@ def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str
             lines.append(f"{'':<20} {'':<8} {'':>5}  changes {path}")
         for item in plan.get("other", []):
             lines.append(f"{'':<20} {'':<8} {'':>5}  {item}")
+        for path in plan.get("held", []):
+            lines.append(f"{'':<20} {'':<8} {'':>5}  held (outside --tags): {path}")
         lines.append(f"{'':<20} {'':<8} {'':>5}  light proof: {_proof(plan)}")
     lines.append(f"apply to {len(apply)} of {len(hosts)} host(s): {', '.join(apply) or 'none'}")
     return lines
@@ -41,6 +46,41 @@ def sglang_pending(files: list[dict[str, Any]], changes: list[str] | None) -> li
     return [f for f in files if f["path"] in changes]
 
 
+def sglang_file_digests(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The desired files as the host read compares them: path, mode, role and digest; the content only where a
+    --diff may show it (never a secret, never an env file, which may hold tokens)."""
+    out = []
+    for item in files:
+        content = item.get("content")
+        out.append(
+            {
+                "path": item["path"],
+                "mode": item.get("mode"),
+                "role": item.get("role"),
+                "sha256": hashlib.sha256(content.encode()).hexdigest() if content is not None else None,
+                "content": None if item.get("secret") or item.get("private") else content,
+            }
+        )
+    return out
+
+
+def sglang_apply_hosts(hosts: list[str], plans: list[dict[str, Any]]) -> list[str]:
+    """The hosts whose plan is not empty, in the order given (the inventory's), whatever order plans came back in."""
+    return [host for host, plan in zip(hosts, plans, strict=True) if not plan.get("empty")]
+
+
+def sglang_lock_verdict(holder: dict[str, Any] | None, break_lock: str = "") -> dict[str, Any]:
+    """Whether this run may take a host's lock: free, its own, or a break that names it (module_utils/sglang_lock)."""
+    allowed, why = sglang_lock.may_break(holder, break_lock or "")
+    return {"allowed": allowed, "breaks": bool(holder) and allowed, "why": why}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"sglang_plan_table": sglang_plan_table, "sglang_pending": sglang_pending}
+        return {
+            "sglang_plan_table": sglang_plan_table,
+            "sglang_pending": sglang_pending,
+            "sglang_file_digests": sglang_file_digests,
+            "sglang_apply_hosts": sglang_apply_hosts,
+            "sglang_lock_verdict": sglang_lock_verdict,
+        }

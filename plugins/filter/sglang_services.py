@@ -157,6 +157,29 @@ def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[s
     return argv + list(svc.get("extra_flags", []))
 
 
+# Files of the model directory each kind of service reads at start (SGLang's ModelConfig and tokenizer manager;
+# the router's --tokenizer-path). Weights are not among them: hashing hundreds of GB at every plan is no plan.
+SERVER_MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+ROUTER_MODEL_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def unit_inputs(unit: str, name: str, server: bool, credentials: dict[str, str], settings: dict[str, Any]) -> list[str]:
+    """Everything a service starts from, as its start record names it (see module_utils/sglang_sampling_defaults.py):
+    its unit and drop-ins, env file, credentials, the collection's programs it runs, the runtime's installed
+    distributions, and the model files it reads."""
+    layout, launcher = settings["layout"], settings["launcher"]
+    inputs = [f"{layout['unit_dir']}/{unit}.service", f"{layout['unit_dir']}/{unit}.service.d/"]
+    inputs += [f"{layout['conf_dir']}/{name}.env", *credentials.values()]
+    inputs += [layout["helper"], layout["wait_healthy"]]
+    inputs += list(launcher["server_files" if server else "router_files"])
+    runtime = launcher.get("server_runtime" if server else "router_runtime")
+    if runtime:
+        inputs.append(f"distributions:{runtime}")
+    model_files = SERVER_MODEL_FILES if server else ROUTER_MODEL_FILES
+    inputs += [f"{settings['model_path']}/{file}" for file in model_files]
+    return inputs
+
+
 def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     """One spec per service, servers first, in the shape the unit template reads.
 
@@ -185,11 +208,7 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
             # /health answers 200 with no worker at all; /readiness only once the workers are healthy.
             health_url = router_url(svc, bool(settings.get("router_tls"))) + "/readiness"
         argv = _server_argv(svc, settings) if server else _router_argv(svc, topology, settings)
-        files = settings["launcher"]["server_files" if server else "router_files"]
-        inputs = [f"{layout['unit_dir']}/{unit}.service", f"{layout['conf_dir']}/{name}.env"]
-        inputs += list(credentials.values()) + list(files)
-        if server:
-            inputs.append(layout["generation_config"])
+        inputs = unit_inputs(unit, name, server, credentials, settings)
         specs.append(
             {
                 "key": name,

@@ -140,6 +140,16 @@ def environment_errors(name: str, environment: Any) -> list[str]:
             errors.append(f"{name}: {key} is set by the collection and may not be overridden")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             errors.append(f"{name}.{key}={value!r} must be a string or a number")
+            continue
+        # systemd.exec reads env files line by line: a trailing backslash joins the next line (here another
+        # variable) into this value, surrounding whitespace is stripped, and a leading quote starts a quoted value.
+        text = str(value)
+        if text.endswith("\\"):
+            errors.append(f"{name}.{key}={text!r} ends with a backslash, which systemd joins with the next line")
+        elif text != text.strip():
+            errors.append(f"{name}.{key}={text!r} starts or ends with whitespace, which systemd strips")
+        elif text[:1] in ("'", '"'):
+            errors.append(f"{name}.{key}={text!r} starts with a quote, which systemd takes as quoting")
     return errors
 
 

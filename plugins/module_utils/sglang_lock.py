@@ -1,8 +1,13 @@
-"""The per-host rollout lock: a folder made with an atomic mkdir, holding a lease.
+"""The per-host rollout lock: a folder made with an atomic mkdir directly under /run, holding a lease.
 
-The holder writes `owner.json` (run id, who, since when, lease end) and renews the lease at each phase of
-its rollout. A lock whose lease has ended belongs to a run that was killed (Ctrl-C, lost connection); it is
-reported, never taken over silently: breaking it is an explicit operator decision.
+Only root can create anything in /run (mode 0755), so no other account can take the lock first, plant a link or
+a FIFO in its place, or edit its owner file. The holder writes `owner.json` (run id, who, since when, lease end)
+and renews the lease before every step that writes, restarts or rolls back: the run id is the fencing token, and
+a run whose lease is gone (broken by another run) stops at its next step and touches nothing more.
+
+A lock is read without following links and without blocking; anything but a small regular owner file with the
+expected fields is reported as an unreadable lock whose holder is unknown, never as a traceback or a hang.
+A live lease is broken only by naming its run id; a plain break (`true`) clears an expired or unreadable lock.
 """
 
 from __future__ import annotations
@@ -10,60 +15,150 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import time
 from typing import Any
 
 OWNER = "owner.json"
+MAX_OWNER_BYTES = 4096
+# An unreadable lock, or one taken an instant ago whose owner file is not written yet, counts as held this long.
+UNREADABLE_GRACE = 60
+
+
+def _unsafe_parent(path: str) -> str | None:
+    """Why the lock's folder is not root's alone, or None."""
+    parent = os.path.dirname(path.rstrip("/")) or "/"
+    info = os.lstat(parent)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{parent} is not a folder only root can write (mode {stat.filemode(info.st_mode)}, uid {info.st_uid})"
+    return None
+
+
+def _unreadable(why: str, since: float, now: float) -> dict[str, Any]:
+    return {
+        "run_id": None,
+        "owner": f"unknown (unreadable lock: {why})",
+        "taken": since,
+        "lease_until": since + UNREADABLE_GRACE,
+        "unreadable": True,
+    }
+
+
+def _read_owner(path: str, now: float) -> dict[str, Any]:
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return _unreadable(f"{path} is not a folder ({stat.filemode(info.st_mode)})", info.st_mtime, now)
+    if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return _unreadable(f"{path} is not root's alone ({stat.filemode(info.st_mode)})", info.st_mtime, now)
+    owner_path = os.path.join(path, OWNER)
+    try:
+        handle = os.open(owner_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        # Taken an instant ago (owner not written yet), or left empty by a run killed at that instant.
+        return _unreadable("no owner file", info.st_mtime, now)
+    except OSError as error:
+        return _unreadable(f"{OWNER}: {error.strerror}", info.st_mtime, now)
+    try:
+        owner_info = os.fstat(handle)
+        if not stat.S_ISREG(owner_info.st_mode) or owner_info.st_size > MAX_OWNER_BYTES:
+            return _unreadable(f"{OWNER} is not a small regular file", info.st_mtime, now)
+        raw = os.read(handle, MAX_OWNER_BYTES + 1)
+    finally:
+        os.close(handle)
+    try:
+        owner = json.loads(raw)
+    except ValueError:
+        return _unreadable(f"{OWNER} is not JSON", info.st_mtime, now)
+    if not (
+        isinstance(owner, dict)
+        and isinstance(owner.get("run_id"), str)
+        and isinstance(owner.get("owner", ""), str)
+        and all(
+            isinstance(owner.get(k), (int, float)) and not isinstance(owner.get(k), bool)
+            for k in ("taken", "lease_until")
+        )
+    ):
+        return _unreadable(f"{OWNER} lacks run_id, taken or lease_until", info.st_mtime, now)
+    owner["unreadable"] = False
+    return owner
 
 
 def inspect(path: str, now: float | None = None) -> dict[str, Any] | None:
     """The lock's holder, age and lease, or None when nobody holds it."""
-    if not os.path.isdir(path):
-        return None
     now = time.time() if now is None else now
-    try:
-        with open(os.path.join(path, OWNER), encoding="utf-8") as handle:
-            owner = json.load(handle)
-    except (OSError, ValueError):
-        # Taken an instant ago (owner not written yet), or left half-written by a killed run.
-        taken = os.stat(path).st_mtime
-        owner = {"run_id": "?", "owner": "unknown (no owner file)", "taken": taken, "lease_until": taken + 60}
-    owner["age"] = int(now - float(owner.get("taken", now)))
-    owner["expired"] = now > float(owner.get("lease_until", 0))
-    return owner
+    if not os.path.lexists(path):
+        return None
+    holder = _read_owner(path, now)
+    holder["age"] = int(now - float(holder.get("taken", now)))
+    holder["expired"] = now > float(holder.get("lease_until", 0))
+    return holder
 
 
 def describe(holder: dict[str, Any]) -> str:
+    if holder.get("unreadable"):
+        return f"{holder.get('owner')}; holder unknown"
     lease = "its lease has EXPIRED (the run was probably killed)" if holder["expired"] else "its lease is live"
     return f"held by {holder.get('owner')} (run {holder.get('run_id')}) for {holder['age']} s; {lease}"
 
 
+def may_break(holder: dict[str, Any] | None, break_lock: str) -> tuple[bool, str]:
+    """Whether `break_lock` (empty, "true", or a run id) may remove this holder's lock, and why not."""
+    if holder is None or not break_lock:
+        return holder is None, "" if holder is None else describe(holder)
+    if break_lock == holder.get("run_id"):
+        return True, ""
+    if break_lock == "true" and (holder.get("expired") or holder.get("unreadable")):
+        return True, ""
+    if break_lock == "true":
+        return False, (
+            f"{describe(holder)}: a live lease is broken only by naming its run: sglang_rollout_break_lock="
+            f"{holder.get('run_id')}"
+        )
+    return False, f"{describe(holder)}: sglang_rollout_break_lock={break_lock} does not name that run"
+
+
+def _remove(path: str) -> None:
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path)
+
+
 def _write_owner(path: str, entry: dict[str, Any]) -> None:
-    temporary = os.path.join(path, f".{OWNER}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(entry, handle)
+    temporary = os.path.join(path, f".{OWNER}.{os.getpid()}")
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        json.dump(entry, out)
     os.replace(temporary, os.path.join(path, OWNER))
 
 
-def acquire(path: str, run_id: str, owner: str, lease: int, force: bool = False) -> tuple[bool, dict[str, Any] | None]:
-    """(True, None) when this run now holds the lock; (False, holder) when another run does."""
+def acquire(
+    path: str, run_id: str, owner: str, lease: int, break_lock: str = ""
+) -> tuple[bool, dict[str, Any] | None, str]:
+    """(True, None, "") when this run now holds the lock; (False, holder, why) when it may not take it."""
+    unsafe = _unsafe_parent(path)
+    if unsafe:
+        return False, None, unsafe
     holder = inspect(path)
     if holder is not None and holder.get("run_id") == run_id:
-        return True, None
-    if holder is not None and force:
-        shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+        return True, None, ""
+    if holder is not None:
+        allowed, why = may_break(holder, break_lock)
+        if not allowed:
+            return False, holder, why
+        _remove(path)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
-        return False, inspect(path)
+        holder = inspect(path)
+        return False, holder, describe(holder) if holder else "taken and released meanwhile"
     now = time.time()
     _write_owner(path, {"run_id": run_id, "owner": owner, "taken": now, "lease_until": now + lease})
-    return True, None
+    return True, None, ""
 
 
 def renew(path: str, run_id: str, lease: int) -> dict[str, Any] | None:
-    """Extend this run's lease; returns the holder when this run no longer holds the lock."""
+    """Extend this run's lease (the fencing check); returns the holder when this run no longer holds the lock."""
     holder = inspect(path)
     if holder is None or holder.get("run_id") != run_id:
         return holder or {"run_id": None, "owner": "nobody", "age": 0, "expired": False}
@@ -78,5 +173,5 @@ def release(path: str, run_id: str) -> bool:
     holder = inspect(path)
     if holder is None or holder.get("run_id") != run_id:
         return False
-    shutil.rmtree(path, ignore_errors=True)
+    _remove(path)
     return True

@@ -9,6 +9,7 @@ inputs will have once this run's files are in place:
   unit changed on disk, not loaded  -> daemon-reload and restart
   record of another invocation/none -> unknown: restart only if the light proof fails
   record differs from the inputs    -> restart (a run that died after changing a file is repaired here)
+                                       (the reason names the inputs that changed since the start)
   record equals the inputs          -> current
 
 Prefill and decode always restart together (the target), the router only for its own reasons. File times
@@ -34,8 +35,20 @@ def unit_status(unit: dict[str, Any], record: dict[str, Any] | None, desired: st
     if record.get("digest") == desired:
         return CURRENT
     if record.get("digest") != current:
-        return "started from inputs that have changed since"
-    return "its inputs change in this run"
+        return STALE
+    return CHANGING
+
+
+STALE = "started from inputs that have changed since"
+CHANGING = "its inputs change in this run"
+
+
+def _reason(name: str, status: str, detail: dict[str, Any]) -> str:
+    if status == STALE and detail.get("changed_since_start"):
+        return f"{name}: {status}: {', '.join(detail['changed_since_start'])}"
+    if status == CHANGING and detail.get("changed_inputs"):
+        return f"{name}: {status}: {', '.join(detail['changed_inputs'])}"
+    return f"{name}: {status}"
 
 
 def decide(
@@ -43,13 +56,21 @@ def decide(
     statuses: dict[str, str],
     groups: dict[str, str],
     proof_failures: dict[str, list[str]] | None = None,
-    unmet: list[str] | None = None,
+    facts: dict[str, list[str]] | None = None,
+    details: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The host's plan from file changes, per-service evidence and (optional) light-proof failures.
+    """The host's plan, as data: file changes, what restarts per group and why, what else the run must do.
 
-    groups maps each service to "servers" or "router"; proof_failures maps a group to what failed.
+    groups maps each service to "servers" or "router"; proof_failures maps a group to what failed. facts holds
+    `missing_users`, `disabled_units` and `held` (files that differ but belong to roles a --tags run leaves
+    out); details holds per service its `changed_since_start`, `changed_inputs` and `held_inputs`.
     """
-    proof_failures = proof_failures or {}
+    proof_failures = dict(proof_failures or {})
+    if proof_failures.get("servers"):
+        # The router's readiness follows its workers; restarting the servers is the repair, not the router.
+        proof_failures["router"] = []
+    facts = facts or {}
+    details = details or {}
     restart: dict[str, list[str]] = {"servers": [], "router": []}
     for name, status in sorted(statuses.items()):
         group = groups[name]
@@ -57,13 +78,29 @@ def decide(
             if proof_failures.get(group):
                 restart[group].append(f"{name}: no start record, and the light proof failed")
         elif status != CURRENT:
-            restart[group].append(f"{name}: {status}")
+            restart[group].append(_reason(name, status, details.get(name, {})))
     for group, failures in proof_failures.items():
         if failures and not restart[group]:
             restart[group] += [f"light proof: {failure}" for failure in failures]
+    missing_users = sorted(facts.get("missing_users", []))
+    disabled_units = sorted(facts.get("disabled_units", []))
+    # A restart this run makes would start a service while some of its inputs still wait for another role.
+    held_conflicts = sorted(
+        f"{name}: {path}"
+        for name, group in groups.items()
+        if restart[group]
+        for path in details.get(name, {}).get("held_inputs", [])
+    )
+    other = [f"create user {user}" for user in missing_users] + [f"enable {unit}" for unit in disabled_units]
     return {
         "files": sorted(changes),
-        "other": sorted(unmet or []),
+        "other": sorted(other),
+        "missing_users": missing_users,
+        "disabled_units": disabled_units,
+        "held": sorted(facts.get("held", [])),
+        "held_conflicts": held_conflicts,
         "restart": restart,
-        "empty": not changes and not unmet and not restart["servers"] and not restart["router"],
+        "restart_servers": bool(restart["servers"]),
+        "restart_router": bool(restart["router"]),
+        "empty": not changes and not other and not restart["servers"] and not restart["router"],
     }

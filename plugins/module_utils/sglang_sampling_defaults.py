@@ -18,11 +18,13 @@ One implementation, used three ways, standard library only:
 from __future__ import annotations
 
 import ast
+import errno
 import hashlib
 import json
 import math
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -90,13 +92,50 @@ def render(config: dict[str, Any]) -> str:
     return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
 
 
-def load(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(parsed config, raw text), or (None, None) when the file does not exist."""
+class UnsafeFileError(ValueError):
+    """A managed path that is a link, a FIFO or anything else but a regular file: never read or written through."""
+
+
+def read_regular(path: str, limit: int | None = None, follow: bool = False) -> bytes | None:
+    """The bytes of a regular file, None when it does not exist.
+
+    Opened without blocking (a FIFO planted at the path cannot hang the reader) and, unless `follow`, without
+    following a symbolic link at the last component; anything but a regular file raises UnsafeFileError.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        handle = os.open(path, flags)
     except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UnsafeFileError(
+                f"{path} is a symbolic link; the collection reads and writes only regular files"
+            ) from None
+        raise
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file (mode {stat.filemode(info.st_mode)})")
+        if limit is not None and info.st_size > limit:
+            raise UnsafeFileError(f"{path} is larger than {limit} bytes")
+        chunks = []
+        while True:
+            chunk = os.read(handle, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(handle)
+
+
+def load(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(parsed config, raw text), or (None, None) when the file does not exist. Refuses links and non-files."""
+    raw = read_regular(path)
+    if raw is None:
         return None, None
+    text = raw.decode("utf-8")
     config = json.loads(text)
     if not isinstance(config, dict):
         raise ValueError(f"{path} does not hold a JSON object")
@@ -104,21 +143,25 @@ def load(path: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def write_atomic(path: str, text: str, mode: int = 0o644, like: str | None = None) -> None:
-    """Replace path with text in one rename; keeps the owner and mode of `like` when it exists."""
+    """Replace path with text in one rename; keeps the owner and mode of `like` when it is a regular file.
+
+    The temporary file has a random name in the same folder and is created with O_EXCL (never through a link
+    someone planted); the rename replaces whatever is at path (a link itself, not its target).
+    """
     directory = os.path.dirname(path) or "."
     handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
-        if like and os.path.exists(like):
-            stat = os.stat(like)
-            os.chmod(temporary, stat.st_mode & 0o7777)
-            os.chown(temporary, stat.st_uid, stat.st_gid)
-        else:
-            os.chmod(temporary, mode)
+            info = os.lstat(like) if like and os.path.lexists(like) else None
+            if info is not None and stat.S_ISREG(info.st_mode):
+                os.fchmod(out.fileno(), info.st_mode & 0o7777)
+                os.fchown(out.fileno(), info.st_uid, info.st_gid)
+            else:
+                os.fchmod(out.fileno(), mode)
         os.replace(temporary, path)
     except BaseException:
-        if os.path.exists(temporary):
+        if os.path.lexists(temporary):
             os.unlink(temporary)
         raise
 
@@ -174,16 +217,70 @@ def defaults_missing(expected: dict[str, Any], logged: dict[str, Any] | None) ->
     return {k: v for k, v in expected.items() if v is not None and (k not in logged or logged[k] != v)}
 
 
-def file_digest(path: str) -> str | None:
-    """sha256 of a file's bytes, or None when it does not exist. Modification times decide nothing."""
+def file_digest(path: str, follow: bool = True) -> str | None:
+    """sha256 of a regular file's bytes, None when it does not exist. Modification times decide nothing.
+
+    A FIFO, a device or a folder at the path gets a digest of its own kind (never read, so never blocks)."""
     digest = hashlib.sha256()
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        handle = os.open(path, flags)
     except FileNotFoundError:
         return None
+    except OSError as error:
+        return f"unreadable:{errno.errorcode.get(error.errno, error.errno)}"
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            return f"not-a-file:{stat.filemode(info.st_mode)}"
+        for block in iter(lambda: os.read(handle, 1 << 20), b""):
+            digest.update(block)
+    finally:
+        os.close(handle)
     return digest.hexdigest()
+
+
+# Inputs of a service beyond plain files, as the units' `record` step and the plan both name them:
+#   "DIR/"                      a unit's drop-in folder: every *.conf in it, by name and content
+#   "distributions:PREFIX"      the Python distributions installed under PREFIX (a venv): names and versions
+DISTRIBUTIONS = "distributions:"
+
+
+def distributions(prefix: str) -> dict[str, str]:
+    """name -> version of every distribution under a venv's site-packages, from the .dist-info folder names."""
+    found: dict[str, str] = {}
+    lib = os.path.join(prefix, "lib")
+    try:
+        pythons = sorted(os.listdir(lib))
+    except OSError:
+        return found
+    for python in pythons:
+        site = os.path.join(lib, python, "site-packages")
+        try:
+            names = os.listdir(site)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                dist, version = name[: -len(".dist-info")].rsplit("-", 1)
+                found[dist.lower().replace("-", "_")] = version
+    return dict(sorted(found.items()))
+
+
+def input_digest(spec: str) -> str | None:
+    """The digest of one input of a service: a file, a drop-in folder ("DIR/") or a runtime ("distributions:")."""
+    if spec.startswith(DISTRIBUTIONS):
+        dists = distributions(spec[len(DISTRIBUTIONS) :])
+        text = "".join(f"{name}=={version}\n" for name, version in dists.items())
+        return hashlib.sha256(text.encode()).hexdigest() if dists else None
+    if spec.endswith("/"):
+        try:
+            names = sorted(n for n in os.listdir(spec) if n.endswith(".conf"))
+        except OSError:
+            return None
+        text = "".join(f"{name}\0{file_digest(os.path.join(spec, name))}\n" for name in names)
+        return hashlib.sha256(text.encode()).hexdigest() if names else None
+    return file_digest(spec)
 
 
 def inputs_digest(digests: dict[str, str | None]) -> str:
@@ -203,12 +300,18 @@ def started_defaults(paths: list[str]) -> dict[str, Any]:
 
 def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
     """Write what this start of the service is made of; read back by the next rollout's plan."""
-    digests = {path: file_digest(path) for path in inputs}
+    digests = {path: input_digest(path) for path in inputs}
     entry = {
         "invocation": os.environ.get("INVOCATION_ID", ""),
         "digest": inputs_digest(digests),
         "inputs": digests,
         "defaults": started_defaults(inputs),
+        # What the runtime was at this start, so that the plan can say which distribution changed.
+        "runtime": {
+            p[len(DISTRIBUTIONS) :]: distributions(p[len(DISTRIBUTIONS) :])
+            for p in inputs
+            if p.startswith(DISTRIBUTIONS)
+        },
         "recorded_at": time.time(),
     }
     directory = os.path.dirname(record_path)
@@ -338,7 +441,11 @@ def say(line: str, stream=None) -> None:
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "heal":
         managed, target = argv[1:]
-        healed = heal(managed, target)
+        try:
+            healed = heal(managed, target)
+        except UnsafeFileError as error:
+            say(f"sglang-dsv4: refusing to heal: {error}", sys.stderr)
+            return 1
         write_status("heal.json", {"time": time.time(), "rewrote": healed, "path": target})
         if healed:
             say(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
@@ -346,7 +453,11 @@ def main(argv: list[str]) -> int:
             say(f"sglang-dsv4: {target} holds the managed sampling defaults")
         return 0
     if len(argv) >= 3 and argv[0] == "record":
-        entry = record(argv[1], argv[2:])
+        try:
+            entry = record(argv[1], argv[2:])
+        except UnsafeFileError as error:
+            say(f"sglang-dsv4: refusing to start: {error}", sys.stderr)
+            return 1
         say(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")
         return 0
     if len(argv) >= 4 and argv[0] == "metrics" and all("=" in unit for unit in argv[4:]):

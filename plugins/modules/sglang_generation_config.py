@@ -58,10 +58,12 @@ applied:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     SAMPLING_KEYS,
+    UnsafeFileError,
     load,
     merge,
     render,
@@ -88,6 +90,8 @@ def main() -> None:
         module.fail_json(msg=f"model directory {os.path.dirname(path)} does not exist")
     try:
         config, before = load(path)
+    except UnsafeFileError as error:
+        module.fail_json(msg=f"{error}: replace it with a regular file (sglang_common_model_path)")
     except ValueError as error:
         module.fail_json(msg=f"{path} is not valid JSON: {error}")
     after = render(merge(config or {}, sampling))
@@ -100,10 +104,14 @@ def main() -> None:
         "diff": {"before": before or "", "after": after, "before_header": path, "after_header": path},
     }
     if result["changed"] and not module.check_mode:
-        if before is not None and not os.path.exists(orig):
+        # Every write goes through a random name made with O_EXCL in the same folder, then a rename: never
+        # through a link that someone planted at the original's or the backup's name.
+        if before is not None and not os.path.lexists(orig):
             write_atomic(orig, before, like=path)
         if before is not None and module.params["backup"]:
-            result["backup_file"] = module.backup_local(path)
+            backup = f"{path}.{os.getpid()}.{time.strftime('%Y-%m-%d@%H:%M:%S')}~"
+            write_atomic(backup, before, like=path)
+            result["backup_file"] = backup
         write_atomic(path, after, like=path)
     module.exit_json(**result)
 

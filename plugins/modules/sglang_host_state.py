@@ -16,8 +16,8 @@ description:
   - Reports the rollout lock's holder, age and lease.
 options:
   files:
-    description: Managed files, each C(path), C(sha256) (null when the file must not exist), C(mode), and
-      optionally C(content) for a diff (never for secrets).
+    description: Managed files, each C(path), C(sha256) (null when the file must not exist), C(mode), C(role)
+      (the role that writes it), and optionally C(content) for a diff (never for secrets or env files).
     type: list
     elements: dict
     required: true
@@ -44,18 +44,38 @@ options:
     description: The rollout lock folder.
     type: path
     required: true
+  against:
+    description:
+      - C(desired) (the plan, and the apply's read under the lock) compares each service's start record with the
+        digest its inputs will have once this run's files are written.
+      - C(disk) (after the writes, and after a rollback put the snapshot back) compares it with the files on
+        disk now, so what restarts is decided from the content that is really there.
+    type: str
+    choices: [desired, disk]
+    default: desired
+  apply_roles:
+    description: The roles this run applies (C(runtime), C(genconfig), C(services)), or null for all. Files of
+      the other roles keep their content on disk in the plan; they are reported in C(plan.held), and a restart
+      whose service has such an input is reported in C(plan.held_conflicts).
+    type: list
+    elements: str
   proof:
     description: Run the light proof when the plan is otherwise empty.
     type: bool
     default: true
+  proof_failures:
+    description: Light-proof failures found by the plan, per group; they still ask for a restart of that group.
+    type: dict
+    default: {}
   expected_defaults:
     description: Sampling defaults each server must have logged at its current start (null values unchecked).
     type: dict
     default: {}
   checks:
     description: Host-side preconditions, reported in C(check_errors) with the variable to fix. C(python) and
-      C(modules) (the runtime's Python finds them), C(model_path) and C(model_files) (present), C(gpus)
-      (nvidia-smi lists exactly that many; 0 skips the check).
+      C(modules) (the runtime's Python finds them), C(model_path) and C(model_files) (present), C(writers) (the
+      accounts besides root that may write the model directory and generation_config.json), C(gpus)
+      (nvidia-smi lists exactly that many; 0 skips the check). Every command is bounded in time.
     type: dict
     default: {}
   report_changes:
@@ -77,12 +97,14 @@ EXAMPLES = r"""
     generation_config: {path: /srv/models/DeepSeek-V4-Flash/generation_config.json, sampling: {temperature: 0.6}}
     units: [{name: sglang-dsv4-prefill, group: servers, inputs: [], health_url: "http://127.0.0.1:30000/health"}]
     record_dir: /run/sglang-dsv4
-    lock_path: /run/lock/sglang-dsv4-deploy
+    lock_path: /run/sglang-dsv4-deploy
 """
 
 RETURN = r"""
 plan:
-  description: C(files) to change, C(other) things to create, C(restart) reasons per group, C(empty).
+  description: C(files) to change, C(missing_users), C(disabled_units), C(other) (the same as sentences, for
+    the table), C(held) and C(held_conflicts) (see C(apply_roles)), C(restart) reasons per group,
+    C(restart_servers) and C(restart_router) (booleans), C(empty).
   returned: always
   type: dict
 units:
@@ -98,7 +120,11 @@ check_errors:
   returned: always
   type: list
 lock:
-  description: The lock's holder (C(owner), C(run_id), C(age), C(expired)), or null.
+  description: The lock's holder (C(owner), C(run_id), C(age), C(expired), C(unreadable)), or null.
+  returned: always
+  type: dict
+generation_config_sampling:
+  description: The sampling keys generation_config.json holds on disk now.
   returned: always
   type: dict
 """
@@ -107,6 +133,7 @@ import hashlib
 import json
 import os
 import pwd
+import stat
 import urllib.error
 
 from ansible.module_utils.basic import AnsibleModule
@@ -115,11 +142,17 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
+    DISTRIBUTIONS,
+    SAMPLING_KEYS,
+    UnsafeFileError,
     defaults_missing,
+    distributions,
     file_digest,
+    input_digest,
     inputs_digest,
     load,
     merge,
+    read_regular,
     render,
     startup_defaults,
 )
@@ -127,10 +160,23 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
 PROPERTIES = ("Id", "ActiveState", "SubState", "InvocationID", "MainPID", "NeedDaemonReload", "UnitFileState")
 
 
+# Every host command of the plan is bounded: one wedged host fails its own plan in seconds, naming the command,
+# instead of stalling the fleet's plan.
+COMMAND_TIMEOUT = 15
+
+
+def bounded(module: AnsibleModule, argv: list[str], seconds: int = COMMAND_TIMEOUT) -> tuple[int, str, str]:
+    """run_command under coreutils' timeout; rc 124 means the command did not answer in time."""
+    rc, out, err = module.run_command(["timeout", "--kill-after=2", str(seconds), *argv])
+    if rc in (124, 137):
+        err = f"{argv[0]} did not answer within {seconds} s"
+    return rc, out, err
+
+
 def systemd_units(module: AnsibleModule, names: list[str]) -> dict[str, dict[str, str]]:
     """One `systemctl show` for every unit."""
     argv = ["systemctl", "show", *names, *(f"--property={p}" for p in PROPERTIES)]
-    rc, out, err = module.run_command(argv)
+    rc, out, err = bounded(module, argv)
     if rc != 0:
         module.fail_json(msg=f"systemctl show failed: {err.strip()}")
     units: dict[str, dict[str, str]] = {}
@@ -155,21 +201,22 @@ def file_changes(module: AnsibleModule, files: list[dict], diffs: list[dict]) ->
     changes, desired = [], {}
     for item in files:
         path, want = item["path"], item.get("sha256")
-        have = file_digest(path)
+        # A link or a FIFO at a managed path is never followed: it differs from the desired file and is replaced.
+        have = file_digest(path, follow=False)
         desired[path] = want
         mode_differs = bool(
             want is not None
             and have is not None
             and item.get("mode")
-            and os.stat(path).st_mode & 0o7777 != int(str(item["mode"]), 8)
+            and os.lstat(path).st_mode & 0o7777 != int(str(item["mode"]), 8)
         )
         if have != want or mode_differs:
             changes.append(path)
             if module._diff and item.get("content") is not None:
                 before = ""
-                if have is not None and os.path.getsize(path) < 65536:
-                    with open(path, encoding="utf-8", errors="replace") as handle:
-                        before = handle.read()
+                if have is not None and len(have) == 64:
+                    raw = read_regular(path, limit=65536) if os.lstat(path).st_size < 65536 else None
+                    before = (raw or b"").decode("utf-8", errors="replace")
                 diffs.append({"before": before, "after": item["content"], "before_header": path, "after_header": path})
     return changes, desired
 
@@ -178,6 +225,8 @@ def generation_config_change(module: AnsibleModule, spec: dict, diffs: list[dict
     path = spec["path"]
     try:
         config, before = load(path)
+    except UnsafeFileError as error:
+        module.fail_json(msg=f"{error}: replace it with a regular file (sglang_common_model_path)")
     except ValueError as error:
         module.fail_json(msg=f"{path} is not valid JSON: {error}")
     after = render(merge(config or {}, spec["sampling"]))
@@ -202,16 +251,13 @@ def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected:
             failures[group].append(f"{name}: /server_info says sampling_defaults={mode} (status {status})")
             continue
         invocation = state[name].get("invocation")
-        rc, journal, _unused = module.run_command(
-            ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"]
+        rc, journal, _unused = bounded(
+            module, ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"]
         )
         logged = startup_defaults(journal) if rc == 0 and invocation else None
         missing = defaults_missing(expected, logged)
         if logged is None or missing:
             failures[group].append(f"{name}: its current start logged {logged}, expected {expected}")
-    if failures["servers"]:
-        # The router's readiness follows its workers; restarting the servers is the repair.
-        failures["router"] = []
     return failures
 
 
@@ -225,25 +271,96 @@ def check_errors(module: AnsibleModule, checks: dict) -> list[str]:
         if not os.access(python, os.X_OK):
             rc, out, err = 127, "", "no such program"
         else:
-            rc, out, err = module.run_command([python, "-c", FIND_MODULES, *modules])
+            rc, out, err = bounded(module, [python, "-c", FIND_MODULES, *modules], 60)
         if rc != 0 or out.strip():
             missing = out.strip() or ", ".join(modules)
             why = f": {err.strip()[-200:]}" if rc != 0 else ""
             errors.append(f"sglang_runtime_python={python} cannot import {missing}{why}")
     model_path = checks.get("model_path")
+    if model_path:
+        # Root writes generation_config.json there (merge, heal, rollback): nobody else may plant files in it.
+        writers = list(checks.get("writers") or [])
+        for path, follow in ((model_path, True), (os.path.join(model_path, "generation_config.json"), False)):
+            why = foreign_writers(os.path.realpath(path) if follow else path, writers)
+            if why:
+                errors.append(
+                    f"sglang_common_model_path: {path} {why}; only root and {', '.join(writers) or 'root'} may write"
+                    " the model directory and generation_config.json (chown root and chmod go-w)"
+                )
     for name in checks.get("model_files") or []:
         if model_path and not os.path.isfile(os.path.join(model_path, name)):
             errors.append(f"sglang_common_model_path={model_path} does not hold {name}: put the model there first")
     gpus = int(checks.get("gpus") or 0)
     if gpus:
-        rc, out, _unused = module.run_command(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
+        rc, out, err = bounded(module, ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
         found = len(out.split()) if rc == 0 else 0
-        if found != gpus:
+        if rc in (124, 137):
+            errors.append(f"{err} (sglang_services_check_gpu_count): the driver is wedged or the GPUs are hung")
+        elif found != gpus:
             errors.append(
                 f"sglang_services_topology uses {gpus} GPUs but nvidia-smi reports {found} (rc {rc});"
                 " set sglang_services_check_gpu_count=false only for a host without NVIDIA tools"
             )
     return errors
+
+
+def foreign_writers(path: str, users: list[str]) -> str | None:
+    """Why an account other than root and the service users could write path (or plant a file in it), or None."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    allowed_uids, allowed_gids = {0}, {0}
+    for user in users:
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            continue
+        allowed_uids.add(entry.pw_uid)
+        allowed_gids.add(entry.pw_gid)
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if info.st_uid not in allowed_uids:
+        return f"is owned by uid {info.st_uid}"
+    if info.st_mode & stat.S_IWOTH:
+        return "is writable by every account"
+    if info.st_mode & stat.S_IWGRP and info.st_gid not in allowed_gids:
+        return f"is writable by group gid {info.st_gid}"
+    return None
+
+
+def run_record(path: str) -> dict | None:
+    """A service's start record (root-only, under /run), or None when absent or not a small regular file."""
+    try:
+        raw = read_regular(path, limit=1 << 20)
+        entry = json.loads(raw) if raw else None
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[str]:
+    """The inputs whose content differs from the service's start record; for a runtime, which distributions."""
+    if not record:
+        return []
+    started = record.get("inputs") or {}
+    changed = []
+    for path in unit["inputs"]:
+        if started.get(path, "absent") == current[path]:
+            continue
+        if path.startswith(DISTRIBUTIONS):
+            venv = path[len(DISTRIBUTIONS) :]
+            before = (record.get("runtime") or {}).get(venv) or {}
+            now = distributions(venv)
+            moved = [
+                f"{name} {before.get(name, '-')} -> {now.get(name, '-')}"
+                for name in sorted(set(before) | set(now))
+                if before.get(name) != now.get(name)
+            ]
+            changed.append(f"runtime {venv} ({', '.join(moved) or 'changed'})")
+        else:
+            changed.append(path)
+    return changed
 
 
 def main() -> None:
@@ -255,7 +372,10 @@ def main() -> None:
             "users": {"type": "list", "elements": "str", "default": []},
             "record_dir": {"type": "path", "required": True},
             "lock_path": {"type": "path", "required": True},
+            "against": {"type": "str", "choices": ["desired", "disk"], "default": "desired"},
+            "apply_roles": {"type": "list", "elements": "str", "default": None},
             "proof": {"type": "bool", "default": True},
+            "proof_failures": {"type": "dict", "default": {}},
             "expected_defaults": {"type": "dict", "default": {}},
             "checks": {"type": "dict", "default": {}},
             "report_changes": {"type": "bool", "default": False},
@@ -265,34 +385,49 @@ def main() -> None:
     )
     params = module.params
     diffs: list[dict] = []
-    changes, desired = file_changes(module, params["files"], diffs)
+    changes: list[str] = []
+    desired: dict[str, str | None] = {}
+    held: list[str] = []
     genconfig_path = params["generation_config"]["path"]
-    genconfig_changes, genconfig_sha = generation_config_change(module, params["generation_config"], diffs)
-    if genconfig_changes:
-        changes.append(genconfig_path)
-    desired[genconfig_path] = genconfig_sha
+    on_disk_sampling: dict = {}
+    try:
+        config_now, _unused = load(genconfig_path)
+        on_disk_sampling = {k: (config_now or {})[k] for k in SAMPLING_KEYS if (config_now or {}).get(k) is not None}
+    except ValueError:
+        pass
+    if params["against"] == "desired":
+        # What this run will write: every file of the roles it applies (all of them unless --tags limits it).
+        # A file of another role keeps its content on disk, so a tagged run never restarts for it; it is held.
+        roles = params["apply_roles"]
+        applied = [f for f in params["files"] if roles is None or f.get("role") in roles]
+        changes, desired = file_changes(module, applied, diffs)
+        others, _unused = file_changes(module, [f for f in params["files"] if f not in applied], [])
+        held += others
+        genconfig_changes, genconfig_sha = generation_config_change(
+            module, params["generation_config"], diffs if roles is None or "genconfig" in roles else []
+        )
+        if genconfig_changes and (roles is None or "genconfig" in roles):
+            changes.append(genconfig_path)
+            desired[genconfig_path] = genconfig_sha
+        elif genconfig_changes:
+            held.append(genconfig_path)
 
-    unmet = []
+    missing_users = []
     for user in params["users"]:
         try:
             pwd.getpwnam(user)
         except KeyError:
-            unmet.append(f"create user {user}")
+            missing_users.append(user)
 
     systemd = systemd_units(module, [f"{u['name']}.service" for u in params["units"]])
-    state, statuses, groups = {}, {}, {}
+    state, statuses, groups, disabled = {}, {}, {}, []
     for unit in params["units"]:
         name = unit["name"]
         props = systemd.get(f"{name}.service", {})
-        if props.get("UnitFileState") not in ("enabled", "static") and f"enable {name}" not in unmet:
-            unmet.append(f"enable {name}")
-        record_path = os.path.join(params["record_dir"], f"{name}.json")
-        try:
-            with open(record_path, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
-            record = None
-        current = {path: file_digest(path) for path in unit["inputs"]}
+        if props.get("UnitFileState") not in ("enabled", "static"):
+            disabled.append(name)
+        record = run_record(os.path.join(params["record_dir"], f"{name}.json"))
+        current = {path: input_digest(path) for path in unit["inputs"]}
         wanted = {path: desired.get(path, current[path]) for path in unit["inputs"]}
         entry = {
             "active": props.get("ActiveState", "unknown"),
@@ -304,15 +439,21 @@ def main() -> None:
         }
         entry["status"] = unit_status(entry, record, inputs_digest(wanted), inputs_digest(current))
         entry["changed_inputs"] = sorted(p for p in unit["inputs"] if wanted[p] != current[p])
+        entry["changed_since_start"] = changed_since_start(unit, record, current)
+        entry["held_inputs"] = sorted(p for p in unit["inputs"] if p in held)
         state[name], statuses[name], groups[name] = entry, entry["status"], unit["group"]
 
-    plan = decide(changes, statuses, groups, unmet=unmet)
-    proof = {"ran": False, "failures": {"servers": [], "router": []}}
-    if plan["empty"] and params["proof"]:
+    facts = {"missing_users": missing_users, "disabled_units": disabled, "held": sorted(held)}
+    # The plan's light proof, carried into the apply's reads under the lock, still asks for its repair.
+    carried = {group: list(params["proof_failures"].get(group) or []) for group in ("servers", "router")}
+    plan = decide(changes, statuses, groups, carried, facts=facts, details=state)
+    proof = {"ran": False, "failures": carried}
+    if plan["empty"] and params["proof"] and params["against"] == "desired":
         failures = light_proof(module, params["units"], state, params["expected_defaults"], params["api_key"])
         proof = {"ran": True, "failures": failures}
-        plan = decide(changes, statuses, groups, failures, unmet)
+        plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
 
+    errors = check_errors(module, params["checks"])
     result = {
         # Read-only: "changed" only for --check, where it means "would change" (and lets --diff show the diffs).
         "changed": params["report_changes"] and not plan["empty"],
@@ -320,7 +461,8 @@ def main() -> None:
         "units": state,
         "proof": proof,
         "lock": sglang_lock.inspect(params["lock_path"]),
-        "check_errors": check_errors(module, params["checks"]),
+        "check_errors": errors,
+        "generation_config_sampling": on_disk_sampling,
     }
     if diffs:
         result["diff"] = diffs

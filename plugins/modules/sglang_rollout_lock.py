@@ -7,10 +7,13 @@ DOCUMENTATION = r"""
 module: sglang_rollout_lock
 short_description: Take, renew or release the per-host rollout lock, a lease named after the run
 description:
-  - C(acquired) makes the lock folder with an atomic mkdir and writes the run's id, owner and lease end. When
-    another run holds it, fails naming the holder, how long it has held it and whether its lease has expired,
-    and changes nothing. C(force) removes a lock left by a killed run first.
-  - C(renewed) extends this run's lease and fails if this run no longer holds the lock.
+  - C(acquired) makes the lock folder with an atomic mkdir (directly under /run, where only root can create
+    anything) and writes the run's id, owner and lease end. When another run holds it, fails naming the holder,
+    how long it has held it and whether its lease has expired, and changes nothing. C(break_lock) removes
+    another run's lock first, only when it names that run's id, or is C(true) and the lease has expired or the
+    lock is unreadable.
+  - C(renewed) extends this run's lease and fails if this run no longer holds the lock (the fencing check every
+    writing, restarting or rolling-back step makes first).
   - C(released) removes the lock only if this run holds it.
   - Bookkeeping, not a change of the deployment, so it always reports unchanged.
 options:
@@ -35,17 +38,18 @@ options:
     description: Seconds the lock stays valid without renewal.
     type: int
     default: 3600
-  force:
-    description: Remove a lock held by another run before taking it (only when that run is known to be dead).
-    type: bool
-    default: false
+  break_lock:
+    description: Remove another run's lock before taking it. Its run id breaks it whatever its lease; C(true)
+      breaks it only when its lease has expired or it is unreadable. Empty breaks nothing.
+    type: str
+    default: ''
 author: dsv4 deployment team (@dsv4)
 """
 
 EXAMPLES = r"""
 - name: Take the lock
   dsv4.sglang.sglang_rollout_lock:
-    path: /run/lock/sglang-dsv4-deploy
+    path: /run/sglang-dsv4-deploy
     state: acquired
     run_id: "{{ run_id }}"
     owner: root@controller
@@ -70,19 +74,25 @@ def main() -> None:
             "run_id": {"type": "str", "required": True},
             "owner": {"type": "str", "default": ""},
             "lease": {"type": "int", "default": 3600},
-            "force": {"type": "bool", "default": False},
+            "break_lock": {"type": "str", "default": ""},
         },
         supports_check_mode=False,
     )
     p = module.params
     if p["state"] == "acquired":
-        taken, holder = sglang_lock.acquire(p["path"], p["run_id"], p["owner"], p["lease"], p["force"])
+        taken, holder, why = sglang_lock.acquire(p["path"], p["run_id"], p["owner"], p["lease"], p["break_lock"])
         if not taken:
-            module.fail_json(msg=f"the rollout lock {p['path']} is {sglang_lock.describe(holder)}", holder=holder)
+            module.fail_json(msg=f"the rollout lock {p['path']}: {why}; nothing was changed", holder=holder)
     elif p["state"] == "renewed":
         holder = sglang_lock.renew(p["path"], p["run_id"], p["lease"])
         if holder is not None:
-            module.fail_json(msg=f"this run lost the rollout lock {p['path']}: it is now held by {holder.get('owner')}")
+            module.fail_json(
+                msg=f"this run (run {p['run_id']}) no longer holds the rollout lock {p['path']}: it is now held by "
+                f"{holder.get('owner')} (run {holder.get('run_id')}); this run stops here and touches nothing more "
+                "on this host",
+                holder=holder,
+                lost=True,
+            )
     else:
         sglang_lock.release(p["path"], p["run_id"])
     module.exit_json(changed=False)

@@ -142,20 +142,47 @@ def test_without_a_client_key_the_router_still_gets_its_admin_key_and_servers_no
 
 
 def test_inputs_are_what_each_service_starts_from():
-    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "api_key": True})}
+    settings = {**SETTINGS, "api_key": True}
+    settings["launcher"] = {
+        **SETTINGS["launcher"],
+        "server_runtime": "/opt/sglang/venv",
+        "router_runtime": "/opt/sglang/venv",
+    }
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, settings)}
+    programs = [
+        "/usr/local/libexec/sglang-dsv4/sglang_sampling_defaults.py",
+        "/usr/local/libexec/sglang-dsv4/sglang_wait_healthy.py",
+    ]
+    model = "/srv/models/DeepSeek-V4-Flash"
     assert specs["prefill"]["inputs"] == [
         "/etc/systemd/system/sglang-dsv4-prefill.service",
+        "/etc/systemd/system/sglang-dsv4-prefill.service.d/",
         "/etc/sglang-dsv4/prefill.env",
         "/etc/sglang-dsv4/credentials/prefill",
-        "/srv/models/DeepSeek-V4-Flash/generation_config.json",
+        *programs,
+        "distributions:/opt/sglang/venv",
+        f"{model}/config.json",
+        f"{model}/generation_config.json",
+        f"{model}/tokenizer.json",
+        f"{model}/tokenizer_config.json",
     ]
     assert specs["router"]["inputs"] == [
         "/etc/systemd/system/sglang-dsv4-router.service",
+        "/etc/systemd/system/sglang-dsv4-router.service.d/",
         "/etc/sglang-dsv4/router.env",
         "/etc/sglang-dsv4/credentials/router",
         "/etc/sglang-dsv4/credentials/router-admin",
+        *programs,
         "/usr/local/libexec/sglang-dsv4/sglang_with_secret.py",
+        "distributions:/opt/sglang/venv",
+        f"{model}/tokenizer.json",
+        f"{model}/tokenizer_config.json",
     ]
+
+
+def test_a_runtime_without_a_venv_adds_no_distributions_input():
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, SETTINGS)}
+    assert not any(i.startswith("distributions:") for spec in specs.values() for i in spec["inputs"])
 
 
 @pytest.mark.parametrize(

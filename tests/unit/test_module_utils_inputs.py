@@ -72,3 +72,16 @@ def test_paths_must_be_absolute(path):
 def test_a_flag_and_its_value_in_one_item_is_refused():
     errors = rules.managed_flag_errors("sglang_services_server_flags", ["--port 31099"], rules.SERVER_MANAGED_OPTIONS)
     assert errors and "is not one flag" in errors[0]
+
+
+@pytest.mark.parametrize(
+    "value, fault",
+    [("C:\\", "ends with a backslash"), (" x", "whitespace"), ("x ", "whitespace"), ('"x', "quote"), ("'x", "quote")],
+)
+def test_env_values_that_systemd_would_read_otherwise_are_refused(value, fault):
+    errors = rules.input_errors({"sglang_services_environment": {"A": value}})
+    assert len(errors) == 1 and fault in errors[0] and "sglang_services_environment.A=" in errors[0]
+
+
+def test_ordinary_env_values_pass():
+    assert rules.input_errors({"sglang_services_environment": {"A": "a b", "B": 3, "C": "x\\y"}}) == []

@@ -68,9 +68,40 @@ def test_a_failed_light_proof_with_current_evidence_still_restarts_the_group_onc
     assert decided["restart"]["router"] == ["light proof: router: 503"]
 
 
-def test_unmet_preconditions_make_the_plan_non_empty():
-    decided = plan.decide([], dict.fromkeys(GROUPS, plan.CURRENT), GROUPS, unmet=["enable sglang-dsv4-router"])
-    assert not decided["empty"] and decided["other"] == ["enable sglang-dsv4-router"]
+def test_unmet_preconditions_make_the_plan_non_empty_and_are_data():
+    facts = {"missing_users": ["sglang"], "disabled_units": ["sglang-dsv4-router"]}
+    decided = plan.decide([], dict.fromkeys(GROUPS, plan.CURRENT), GROUPS, facts=facts)
+    assert not decided["empty"]
+    assert decided["missing_users"] == ["sglang"] and decided["disabled_units"] == ["sglang-dsv4-router"]
+    assert decided["other"] == ["create user sglang", "enable sglang-dsv4-router"]
+
+
+def test_the_reason_names_the_inputs_that_changed_since_the_start():
+    statuses = {**dict.fromkeys(GROUPS, plan.CURRENT), "sglang-dsv4-prefill": plan.STALE}
+    details = {"sglang-dsv4-prefill": {"changed_since_start": ["runtime /opt/sglang/venv (sglang 0.5.22 -> 0.5.23)"]}}
+    decided = plan.decide([], statuses, GROUPS, details=details)
+    assert decided["restart"]["servers"] == [
+        "sglang-dsv4-prefill: started from inputs that have changed since: "
+        "runtime /opt/sglang/venv (sglang 0.5.22 -> 0.5.23)"
+    ]
+    assert decided["restart_servers"] and not decided["restart_router"]
+
+
+def test_a_restart_with_inputs_held_outside_the_tags_is_a_conflict():
+    statuses = {**dict.fromkeys(GROUPS, plan.CURRENT), "sglang-dsv4-prefill": plan.CHANGING}
+    details = {
+        "sglang-dsv4-prefill": {"held_inputs": ["/etc/sglang-dsv4/prefill.env"]},
+        "sglang-dsv4-router": {"held_inputs": ["/etc/sglang-dsv4/router.env"]},
+    }
+    decided = plan.decide(["/srv/m/generation_config.json"], statuses, GROUPS, details=details)
+    # Only the group that restarts conflicts; the router, current, keeps its held input for a later run.
+    assert decided["held_conflicts"] == ["sglang-dsv4-prefill: /etc/sglang-dsv4/prefill.env"]
+
+
+def test_a_failing_server_proof_restarts_the_servers_not_the_router():
+    failures = {"servers": ["prefill: 503"], "router": ["router: /readiness 503"]}
+    decided = plan.decide([], dict.fromkeys(GROUPS, plan.CURRENT), GROUPS, failures)
+    assert decided["restart"]["servers"] == ["light proof: prefill: 503"] and decided["restart"]["router"] == []
 
 
 def test_record_holds_the_digest_of_its_inputs_and_the_defaults(tmp_path, monkeypatch):

@@ -175,3 +175,70 @@ def test_metrics_command_writes_the_textfile_atomically(tmp_path, monkeypatch):
     assert "sglang_dsv4_managed_defaults_present 1.0" in out.read_text()
     assert oct(out.stat().st_mode & 0o777) == "0o644"
     assert sd.main(["metrics", str(out), str(managed)]) == 2
+
+
+def test_a_link_at_generation_config_is_refused_by_load_and_heal(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text('{"temperature": 1}')
+    target = tmp_path / "generation_config.json"
+    target.symlink_to(secret)
+    managed = tmp_path / "managed.json"
+    managed.write_text(json.dumps(PROJECT))
+    with pytest.raises(sd.UnsafeFileError, match="is a symbolic link"):
+        sd.load(str(target))
+    with pytest.raises(sd.UnsafeFileError):
+        sd.heal(str(managed), str(target))
+    assert secret.read_text() == '{"temperature": 1}'
+
+
+def test_a_fifo_at_generation_config_is_refused_without_blocking(tmp_path):
+    target = tmp_path / "generation_config.json"
+    os.mkfifo(target)
+    with pytest.raises(sd.UnsafeFileError, match="is not a regular file"):
+        sd.load(str(target))
+    assert sd.file_digest(str(target)).startswith("not-a-file:")
+
+
+def test_write_atomic_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    path = tmp_path / "generation_config.json"
+    path.symlink_to(victim)
+    sd.write_atomic(str(path), "{}\n", like=str(path))
+    assert victim.read_text() == "keep me"
+    assert not path.is_symlink() and path.read_text() == "{}\n"
+
+
+def test_a_drop_in_folder_is_an_input_by_name_and_content(tmp_path):
+    folder = tmp_path / "x.service.d"
+    spec = str(folder) + "/"
+    assert sd.input_digest(spec) is None
+    folder.mkdir()
+    assert sd.input_digest(spec) is None
+    (folder / "notes.txt").write_text("ignored")
+    assert sd.input_digest(spec) is None
+    (folder / "override.conf").write_text("[Service]\nEnvironment=A=1\n")
+    first = sd.input_digest(spec)
+    (folder / "override.conf").write_text("[Service]\nEnvironment=A=2\n")
+    assert first is not None and sd.input_digest(spec) != first
+
+
+def test_the_runtime_input_follows_installed_distribution_names_and_versions(tmp_path):
+    site = tmp_path / "venv/lib/python3.11/site-packages"
+    (site / "sglang_router-0.3.1.dist-info").mkdir(parents=True)
+    spec = f"distributions:{tmp_path / 'venv'}"
+    before = sd.input_digest(spec)
+    assert sd.distributions(str(tmp_path / "venv")) == {"sglang_router": "0.3.1"}
+    (site / "sglang_router-0.3.1.dist-info").rename(site / "sglang_router-0.3.2.dist-info")
+    assert sd.input_digest(spec) != before
+    (site / "some_module.py").write_text("")  # not a distribution: no change
+    after = sd.input_digest(spec)
+    assert sd.input_digest(spec) == after
+
+
+def test_record_keeps_the_runtime_it_started_from(tmp_path, monkeypatch):
+    site = tmp_path / "venv/lib/python3.11/site-packages"
+    (site / "sglang-0.5.23.dist-info").mkdir(parents=True)
+    monkeypatch.setenv("INVOCATION_ID", "inv-9")
+    entry = sd.record(str(tmp_path / "run/x.json"), [f"distributions:{tmp_path / 'venv'}"])
+    assert entry["runtime"] == {str(tmp_path / "venv"): {"sglang": "0.5.23"}}

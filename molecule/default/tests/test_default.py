@@ -78,7 +78,8 @@ def test_server_command_line_has_the_pd_and_sampling_flags(host, unit):
 def test_server_gpu_split_and_numa_binding(host, unit, gpus):
     env = host.file(f"/etc/sglang-dsv4/{unit}.env")
     assert f"CUDA_VISIBLE_DEVICES={gpus}" in env.content_string
-    assert (env.user, env.mode) == ("root", 0o644)
+    # Env files may hold tokens: root's alone.
+    assert (env.user, env.mode) == ("root", 0o600)
     props = host.service(f"sglang-dsv4-{unit}").systemd_properties
     assert props["NUMAPolicy"] == "bind"
     assert props["NUMAMask"] == "0"

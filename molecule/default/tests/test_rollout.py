@@ -20,7 +20,7 @@ import pytest
 from conftest import GENCONFIG, ROOT, deploy, inventory, recap, text
 
 BIN = Path(sys.executable).parent
-LOCK = "/run/lock/sglang-dsv4-deploy"
+LOCK = "/run/sglang-dsv4-deploy"
 SERVERS = ("prefill", "decode")
 TEMPERATURE = '{{"sglang_genconfig_temperature": {}}}'
 

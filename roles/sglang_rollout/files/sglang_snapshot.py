@@ -6,6 +6,9 @@
 
 Each run saves into its own SNAPSHOT_DIR (named after the run), so a rollback only ever restores the
 snapshot of the run that rolls back, never another run's. Snapshots hold credentials: folders are 0700.
+Files are read without following links or blocking on FIFOs, and put back through a random name created with
+O_EXCL in the same folder, then renamed: root never writes through a link someone planted. After a restore
+every file is compared with the snapshot byte for byte; a difference left makes the restore fail.
 
 Prints one JSON object: {"restored": [...], "removed": [...]} (restore) or {"saved": [...], "missing": [...]}.
 Run on the host by Ansible's script module; standard library only.
@@ -13,14 +16,58 @@ Run on the host by Ansible's script module; standard library only.
 
 from __future__ import annotations
 
-import filecmp
+import errno
+import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
+import tempfile
 from pathlib import Path
 
 MANIFEST = "manifest.json"
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """A managed file's bytes and status, without following a link or blocking on a FIFO; None when absent."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise SystemExit(
+                f"sglang_snapshot.py: {path} is a symbolic link; refusing to snapshot through it"
+            ) from None
+        raise
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise SystemExit(f"sglang_snapshot.py: {path} is not a regular file ({stat.filemode(info.st_mode)})")
+        chunks = []
+        while chunk := os.read(handle, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), info
+    finally:
+        os.close(handle)
+
+
+def _write(path: Path, data: bytes, info: os.stat_result) -> None:
+    """Put data at path: a random name made with O_EXCL in the same folder, owner and mode set, then a rename."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            os.fchown(out.fileno(), info.st_uid, info.st_gid)
+            os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+        raise
 
 
 def save(snapshot: Path, files: list[str]) -> dict[str, list[str]]:
@@ -28,18 +75,21 @@ def save(snapshot: Path, files: list[str]) -> dict[str, list[str]]:
     shutil.rmtree(staging, ignore_errors=True)
     staging.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
     staging.mkdir(mode=0o700)
-    saved, missing = [], []
+    saved, missing, digests = [], [], {}
     for name in files:
-        source = Path(name)
-        if source.is_file():
-            target = staging / "files" / source.relative_to("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-            os.chown(target, source.stat().st_uid, source.stat().st_gid)
-            saved.append(name)
-        else:
+        found = _read(Path(name))
+        if found is None:
             missing.append(name)
-    (staging / MANIFEST).write_text(json.dumps({"saved": saved, "missing": missing}, indent=2))
+            continue
+        data, info = found
+        target = staging / "files" / Path(name).relative_to("/")
+        target.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        target.write_bytes(data)
+        os.chown(target, info.st_uid, info.st_gid)
+        os.chmod(target, stat.S_IMODE(info.st_mode))
+        saved.append(name)
+        digests[name] = hashlib.sha256(data).hexdigest()
+    (staging / MANIFEST).write_text(json.dumps({"saved": saved, "missing": missing, "sha256": digests}, indent=2))
     shutil.rmtree(snapshot, ignore_errors=True)
     staging.rename(snapshot)
     return {"saved": saved, "missing": missing}
@@ -56,23 +106,36 @@ def prune(snapshot: Path, keep: int) -> list[str]:
 
 
 def restore(snapshot: Path) -> dict[str, list[str]]:
+    """Put the snapshot back, then check every file byte for byte; a difference left is an error, never "restored"."""
     manifest = json.loads((snapshot / MANIFEST).read_text())
     restored, removed = [], []
     for name in manifest["saved"]:
         kept = snapshot / "files" / Path(name).relative_to("/")
-        current = Path(name)
-        if current.is_file() and filecmp.cmp(kept, current, shallow=False):
+        data, current = kept.read_bytes(), Path(name)
+        try:
+            now = _read(current)
+        except SystemExit:
+            now = None  # a link or a FIFO planted at the path: replaced by the rename, never written through
+        info = kept.stat()
+        if now is not None and now[0] == data and stat.S_IMODE(now[1].st_mode) == stat.S_IMODE(info.st_mode):
             continue
         current.parent.mkdir(parents=True, exist_ok=True)
-        temporary = current.with_name(f".{current.name}.rollback")
-        shutil.copy2(kept, temporary)
-        os.chown(temporary, kept.stat().st_uid, kept.stat().st_gid)
-        os.replace(temporary, current)
+        _write(current, data, info)
         restored.append(name)
     for name in manifest["missing"]:
-        if Path(name).exists():
+        if os.path.lexists(name):
             Path(name).unlink()
             removed.append(name)
+    differ = [
+        n
+        for n in manifest["saved"]
+        if (_read(Path(n)) or (b"",))[0] != (snapshot / "files" / Path(n).relative_to("/")).read_bytes()
+    ]
+    differ += [n for n in manifest["missing"] if os.path.lexists(n)]
+    if differ:
+        raise SystemExit(
+            f"sglang_snapshot.py: after the restore these still differ from the snapshot: {', '.join(differ)}"
+        )
     return {"restored": restored, "removed": removed}
 
 

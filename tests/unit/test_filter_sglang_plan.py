@@ -1,0 +1,47 @@
+"""The fleet plan's filters (plugins/filter/sglang_plan.py): apply order, digests without secrets, lock verdicts."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ansible_collections.dsv4.sglang.plugins.filter import sglang_plan as f
+
+
+def test_apply_hosts_keep_the_given_inventory_order_whatever_order_plans_have():
+    hosts = ["fleet-1", "fleet-2", "fleet-3", "fleet-4"]
+    plans = [{"empty": False}, {"empty": True}, {"empty": False}, {"empty": False}]
+    assert f.sglang_apply_hosts(hosts, plans) == ["fleet-1", "fleet-3", "fleet-4"]
+
+
+def test_file_digests_never_carry_secret_or_env_file_content():
+    files = [
+        {"path": "/etc/a.env", "content": "HF_TOKEN=x\n", "mode": "0600", "private": True, "role": "services"},
+        {"path": "/etc/cred", "content": "key", "mode": "0600", "secret": True, "role": "services"},
+        {"path": "/etc/gone", "content": None, "mode": "0600", "secret": True, "role": "services"},
+        {"path": "/usr/x.py", "content": "print()\n", "mode": "0755", "role": "runtime"},
+    ]
+    out = f.sglang_file_digests(files)
+    assert [o["content"] for o in out] == [None, None, None, "print()\n"]
+    assert out[0]["sha256"] == hashlib.sha256(b"HF_TOKEN=x\n").hexdigest() and out[2]["sha256"] is None
+    assert [o["role"] for o in out] == ["services", "services", "services", "runtime"]
+
+
+def test_lock_verdicts():
+    live = {"run_id": "20260101T000000Z-1", "owner": "a@b", "age": 5, "expired": False, "unreadable": False}
+    assert f.sglang_lock_verdict(None) == {"allowed": True, "breaks": False, "why": ""}
+    assert not f.sglang_lock_verdict(live, "true")["allowed"]
+    assert f.sglang_lock_verdict(live, "20260101T000000Z-1")["breaks"]
+    assert f.sglang_lock_verdict({**live, "expired": True}, "true")["allowed"]
+    assert not f.sglang_lock_verdict(live)["allowed"]
+
+
+def test_the_table_shows_files_held_outside_the_tags():
+    plan = {
+        "empty": False,
+        "files": ["/m/generation_config.json"],
+        "held": ["/etc/sglang-dsv4/prefill.env"],
+        "restart": {},
+    }
+    assert any(
+        "held (outside --tags): /etc/sglang-dsv4/prefill.env" in line for line in f.sglang_plan_table([plan], ["h"])
+    )
