@@ -35,9 +35,18 @@ def main_pids(host) -> dict[str, str]:
     return {u: host.service(f"sglang-dsv4-{u}").systemd_properties["MainPID"] for u in (*SERVERS, "router")}
 
 
+def break_args(host) -> list[str]:
+    """What an operator passes to clear a lock a killed run left: --limit the host, and the holder's run id."""
+    if not host.file(LOCK).exists:
+        return []
+    owner = host.run(f"cat {LOCK}/owner.json")
+    run_id = json.loads(owner.stdout).get("run_id") if owner.rc == 0 and owner.stdout.startswith("{") else None
+    return ["--limit", host.check_output("hostname"), "-e", f"sglang_rollout_break_lock={run_id or 'true'}"]
+
+
 def converged(host) -> None:
     """Back to the inventory's state (a full run), and proven; a lock a failed test left is cleared first."""
-    out = deploy(*(["-e", "sglang_rollout_break_lock=true"] if host.file(LOCK).exists else []))
+    out = deploy(*break_args(host))
     assert out.returncode == 0, out.stdout[-3000:]
     assert all("'temperature': 0.6" in logged(host, u) for u in SERVERS)
     assert not host.file(LOCK).exists
@@ -159,11 +168,18 @@ def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repair
     os.killpg(run.pid, signal.SIGINT)
     run.wait(timeout=60)
     assert host.file(LOCK).exists
+    run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
     blocked = deploy("-e", TEMPERATURE.format(0.7))
     assert blocked.returncode != 0
-    assert "is held by" in text(blocked) and "Nothing was changed" in text(blocked)
-    assert "sglang_rollout_break_lock=true" in text(blocked)
-    repaired = deploy("-e", TEMPERATURE.format(0.7), "-e", "sglang_rollout_break_lock=true")
+    assert "held by" in text(blocked) and "its lease is live" in text(blocked) and "Nothing was changed" in text(blocked)
+    # The lease is live: only naming the run breaks it, and only on the hosts named in --limit.
+    assert f"--limit dsv4-mol-1 -e sglang_rollout_break_lock={run_id}" in text(blocked)
+    plain = deploy("-e", TEMPERATURE.format(0.7), "--limit", "dsv4-mol-1", "-e", "sglang_rollout_break_lock=true")
+    assert plain.returncode != 0 and "a live lease is broken only by naming its run" in text(plain)
+    unlimited = deploy("-e", TEMPERATURE.format(0.7), "-e", f"sglang_rollout_break_lock={run_id}")
+    assert unlimited.returncode != 0 and "only with --limit naming the hosts whose lock to break" in text(unlimited)
+    assert json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"] == run_id
+    repaired = deploy("-e", TEMPERATURE.format(0.7), "--limit", "dsv4-mol-1", "-e", f"sglang_rollout_break_lock={run_id}")
     assert repaired.returncode == 0, repaired.stdout[-3000:]
     assert re.search(r"(its inputs change in this run|started from inputs that have changed since)", repaired.stdout)
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
@@ -175,7 +191,7 @@ def test_two_runs_at_once_the_second_fails_and_changes_nothing(host):
     second = deploy("-e", TEMPERATURE.format(0.8))
     first_out, _unused = first.communicate(timeout=600)
     assert second.returncode != 0
-    assert "is held by" in text(second) and "Nothing was changed" in text(second)
+    assert "held by" in text(second) and "Nothing was changed" in text(second)
     assert "Take the rollout lock" not in second.stdout and "Put this run's snapshot back" not in second.stdout
     assert first.returncode == 0, first_out[-3000:]
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
@@ -193,8 +209,9 @@ def test_a_stale_lock_is_reported_with_holder_age_and_how_to_clear_it(host):
     assert "someone@elsewhere" in text(blocked) and "has EXPIRED" in text(blocked)
     assert re.search(r"for 7[12]\d\d s", text(blocked))
     assert host.file(LOCK).exists
-    cleared = deploy("-e", "sglang_rollout_break_lock=true")
+    cleared = deploy("--limit", "dsv4-mol-1", "-e", "sglang_rollout_break_lock=true")
     assert cleared.returncode == 0, cleared.stdout[-3000:]
+    assert not host.file(LOCK).exists
 
 
 def test_a_server_that_never_gets_ready_fails_the_run_within_one_start_timeout(host):

@@ -1,0 +1,80 @@
+"""LAB TOOL: inject a fault into a playbook run at a named task, for the rollout fault matrix. Never in production.
+
+Enabled only by the lab tests, through the environment of the run they start:
+    ANSIBLE_CALLBACK_PLUGINS=molecule/shared/fault_plugins ANSIBLE_CALLBACKS_ENABLED=lab_fault
+    DSV4_LAB_FAULT=ACTION:TASK[#N][@SECONDS]
+ACTION is
+    fail    the task fails on every host (its module is replaced by ansible.builtin.fail before it is queued);
+    kill    the controller is killed (SIGKILL to its process group) as the task starts, or SECONDS after;
+    pause   the controller stops for SECONDS as the task starts (another run can act meanwhile).
+TASK is the task's name (exact), #N its N-th start in the run (default: the first).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: lab_fault
+type: aggregate
+short_description: LAB TOOL, injects a fault at a named task (the rollout fault matrix)
+description:
+  - Reads DSV4_LAB_FAULT=ACTION:TASK[#N][@SECONDS]; ACTION is fail, kill or pause.
+requirements: [enabled in ANSIBLE_CALLBACKS_ENABLED]
+"""
+
+
+def parse(spec: str) -> tuple[str, str, int, float]:
+    action, _sep, rest = spec.partition(":")
+    rest, _sep, seconds = rest.rpartition("@") if "@" in rest else (rest, "", "0")
+    name, _sep, nth = rest.rpartition("#") if "#" in rest else (rest, "", "1")
+    if action not in ("fail", "kill", "pause") or not name:
+        raise ValueError(f"DSV4_LAB_FAULT={spec!r}: ACTION:TASK[#N][@SECONDS], ACTION one of fail, kill, pause")
+    return action, name, int(nth), float(seconds)
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "lab_fault"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        spec = os.environ.get("DSV4_LAB_FAULT", "")
+        self.fault = parse(spec) if spec else None
+        self.seen = 0
+
+    def _kill(self) -> None:
+        with open(os.environ.get("DSV4_LAB_FAULT_LOG", os.devnull), "a") as log:
+            log.write(f"killed at {self.fault[1]}\n")
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    def _start(self, task) -> None:
+        if self.fault is None or task.get_name() != self.fault[1] and task.name != self.fault[1]:
+            return
+        self.seen += 1
+        action, name, nth, seconds = self.fault
+        if self.seen != nth:
+            return
+        self._display.warning(f"LAB FAULT: {action} at {name!r} (#{nth})")
+        if action == "fail":
+            task.action = "ansible.builtin.fail"
+            task.args = {"msg": f"lab fault injected at {name}"}
+        elif action == "kill" and seconds:
+            threading.Timer(seconds, self._kill).start()
+        elif action == "kill":
+            self._kill()
+        else:
+            time.sleep(seconds)
+
+    def v2_playbook_on_task_start(self, task, is_conditional) -> None:
+        self._start(task)
+
+    def v2_playbook_on_handler_task_start(self, task) -> None:
+        self._start(task)
