@@ -24,6 +24,8 @@ def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None)
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(env or {})},
         timeout=timeout,
         check=False,
+        # Its own process group: a lab fault that kills the controller kills this run only.
+        start_new_session=True,
     )
 
 
@@ -53,3 +55,66 @@ def text(run: subprocess.CompletedProcess) -> str:
 
 def recap(output: str) -> str:
     return output[output.rfind("PLAY RECAP") :]
+
+
+# The state a rollout is judged on, read on the host (never from Ansible's output): every managed file's bytes,
+# and per service whether it is active, its MainPID and invocation, whether its start record belongs to this
+# invocation, which recorded inputs differ from the files on disk now, and the defaults its current start logged.
+MANAGED_FILES = (
+    "/srv/models/DeepSeek-V4-Flash/generation_config.json /etc/sglang-dsv4/*.env"
+    " /etc/sglang-dsv4/sampling-defaults.json /etc/sglang-dsv4/credentials/*"
+    " /etc/systemd/system/sglang-dsv4*.service /etc/systemd/system/sglang-dsv4.target"
+    " /usr/local/libexec/sglang-dsv4/*"
+)
+STATE_PROBE = r"""
+import glob, json, subprocess, sys
+sys.path.insert(0, "/usr/local/libexec/sglang-dsv4")
+import sglang_sampling_defaults as s
+files = {p: s.file_digest(p, follow=False) for pattern in sys.argv[1].split() for p in sorted(glob.glob(pattern))}
+units = {}
+for unit in ("prefill", "decode", "router"):
+    name = "sglang-dsv4-" + unit
+    out = subprocess.run(["systemctl", "show", name + ".service", "-p", "ActiveState,SubState,InvocationID,MainPID"],
+                         capture_output=True, text=True).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    try:
+        record = json.load(open("/run/sglang-dsv4/" + name + ".json"))
+    except (OSError, ValueError):
+        record = None
+    match = "_SYSTEMD_INVOCATION_ID=" + props.get("InvocationID", "-")
+    journal = subprocess.run(["journalctl", "--no-pager", "-o", "cat", match],
+                             capture_output=True, text=True).stdout if props.get("InvocationID") else ""
+    units[unit] = {
+        "active": props.get("ActiveState") + "/" + props.get("SubState"),
+        "pid": props.get("MainPID"),
+        "invocation": props.get("InvocationID"),
+        "recorded": bool(record) and record.get("invocation") == props.get("InvocationID"),
+        "stale": sorted(p for p, d in (record or {}).get("inputs", {}).items() if s.input_digest(p) != d),
+        "logged": s.startup_defaults(journal),
+    }
+import os
+print(json.dumps({"files": files, "units": units, "lock": os.path.lexists("/run/sglang-dsv4-deploy")}))
+"""
+
+
+def host_state(host) -> dict:
+    """The host's files and services as the invariants judge them (see STATE_PROBE)."""
+    import json
+    import shlex
+
+    out = host.run(f"python3 -c {shlex.quote(STATE_PROBE)} {shlex.quote(MANAGED_FILES)}")
+    assert out.rc == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def runs_from_disk(state: dict) -> list[str]:
+    """What is wrong with 'every service runs from exactly the files on disk' (empty when it holds)."""
+    faults = []
+    for unit, entry in state["units"].items():
+        if entry["active"] != "active/running":
+            faults.append(f"{unit} is {entry['active']}")
+        elif not entry["recorded"]:
+            faults.append(f"{unit}: no start record for its current invocation")
+        elif entry["stale"]:
+            faults.append(f"{unit} started from other content of {', '.join(entry['stale'])}")
+    return faults

@@ -171,7 +171,9 @@ def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repair
     run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
     blocked = deploy("-e", TEMPERATURE.format(0.7))
     assert blocked.returncode != 0
-    assert "held by" in text(blocked) and "its lease is live" in text(blocked) and "Nothing was changed" in text(blocked)
+    assert (
+        "held by" in text(blocked) and "its lease is live" in text(blocked) and "Nothing was changed" in text(blocked)
+    )
     # The lease is live: only naming the run breaks it, and only on the hosts named in --limit.
     assert f"--limit dsv4-mol-1 -e sglang_rollout_break_lock={run_id}" in text(blocked)
     plain = deploy("-e", TEMPERATURE.format(0.7), "--limit", "dsv4-mol-1", "-e", "sglang_rollout_break_lock=true")
@@ -179,7 +181,9 @@ def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repair
     unlimited = deploy("-e", TEMPERATURE.format(0.7), "-e", f"sglang_rollout_break_lock={run_id}")
     assert unlimited.returncode != 0 and "only with --limit naming the hosts whose lock to break" in text(unlimited)
     assert json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"] == run_id
-    repaired = deploy("-e", TEMPERATURE.format(0.7), "--limit", "dsv4-mol-1", "-e", f"sglang_rollout_break_lock={run_id}")
+    repaired = deploy(
+        "-e", TEMPERATURE.format(0.7), "--limit", "dsv4-mol-1", "-e", f"sglang_rollout_break_lock={run_id}"
+    )
     assert repaired.returncode == 0, repaired.stdout[-3000:]
     assert re.search(r"(its inputs change in this run|started from inputs that have changed since)", repaired.stdout)
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)

@@ -56,7 +56,7 @@ class CallbackModule(CallbackBase):
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     def _start(self, task) -> None:
-        if self.fault is None or task.get_name() != self.fault[1] and task.name != self.fault[1]:
+        if self.fault is None or (task.get_name() != self.fault[1] and task.name != self.fault[1]):
             return
         self.seen += 1
         action, name, nth, seconds = self.fault
