@@ -63,6 +63,11 @@ def run(settings: dict | None = None, *args: str, fault: str | None = None) -> s
     return deploy(*extra, *args, env={**FAULTS, "DSV4_LAB_FAULT": fault} if fault else None)
 
 
+def flat(out: subprocess.CompletedProcess) -> str:
+    """All a run printed, with the YAML callback's line wrapping undone."""
+    return " ".join(text(out).split())
+
+
 def temperatures(state: dict) -> dict:
     return {u: (state["units"][u]["logged"] or {}).get("temperature") for u in ("prefill", "decode")}
 
@@ -186,9 +191,12 @@ def test_a_change_that_starts_but_fails_verification_is_undone_on_disk_and_in_th
 
 
 ASK_ROUTER = (
-    "import sys, urllib.request, urllib.error\n"
-    "request = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
-    "try:\n    print(urllib.request.urlopen(request, timeout=10).status)\n"
+    "import json, sys, urllib.request, urllib.error\n"
+    "body = json.dumps({'model': 'deepseek-ai/DeepSeek-V4-Flash', 'max_tokens': 4,"
+    " 'messages': [{'role': 'user', 'content': 'hi'}]}).encode()\n"
+    "headers = {'Authorization': 'Bearer ' + sys.argv[2], 'Content-Type': 'application/json'}\n"
+    "request = urllib.request.Request(sys.argv[1], data=body, headers=headers)\n"
+    "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
     "except urllib.error.HTTPError as error:\n    print(error.code)\n"
 )
 
@@ -197,7 +205,9 @@ def router_answers(host, key: str) -> int:
     """The HTTP status the router gives a client with this key (asked on the host, as a client there would)."""
     import shlex
 
-    return int(host.check_output(f"python3 -c {shlex.quote(ASK_ROUTER)} {ROUTER}/v1/models {shlex.quote(key)}"))
+    return int(
+        host.check_output(f"python3 -c {shlex.quote(ASK_ROUTER)} {ROUTER}/v1/chat/completions {shlex.quote(key)}")
+    )
 
 
 def test_a_rotated_key_that_fails_verification_leaves_the_router_on_the_old_key(host):
@@ -224,7 +234,7 @@ def test_a_runtime_upgrade_in_the_venv_is_a_planned_restart_of_what_runs_it(host
     host.run_test(f"mkdir {site}/dsv4_lab_probe-1.0.dist-info")
     try:
         plan = deploy("--check")
-        assert "runtime /opt/sglang/venv (dsv4_lab_probe - -> 1.0)" in plan.stdout, plan.stdout[-3000:]
+        assert "runtime /opt/sglang/venv (dsv4_lab_probe - -> 1.0)" in flat(plan), plan.stdout[-3000:]
         out = deploy()
         assert out.returncode == 0, text(out)[-3000:]
         after = host_state(host)
@@ -235,7 +245,7 @@ def test_a_runtime_upgrade_in_the_venv_is_a_planned_restart_of_what_runs_it(host
     finally:
         host.run(f"rm -rf {site}/dsv4_lab_probe-1.0.dist-info")
     out = deploy()
-    assert out.returncode == 0 and "dsv4_lab_probe 1.0 -> -" in out.stdout, text(out)[-3000:]
+    assert out.returncode == 0 and "dsv4_lab_probe 1.0 -> -" in flat(out), text(out)[-3000:]
     assert runs_from_disk(host_state(host)) == []
 
 
@@ -366,7 +376,7 @@ def test_tags_never_cost_a_needless_model_reload(host, cases):
     # A pending env change, and --tags genconfig: nothing of the servers is written, so nothing restarts.
     out = run(env_change, "--tags", "genconfig")
     assert out.returncode == 0, text(out)[-3000:]
-    assert "held (outside --tags): /etc/sglang-dsv4/prefill.env" in out.stdout
+    assert "held (outside --tags): /etc/sglang-dsv4/prefill.env" in flat(out)
     assert pids(host_state(host)) == pids(before) and host_state(host)["files"] == before["files"]
     # A pending temperature change, and --tags services: the servers keep running on the file on disk.
     temperature = {"sglang_genconfig_temperature": 0.7 if temperatures(before)["prefill"] != 0.7 else 0.65}
@@ -376,8 +386,8 @@ def test_tags_never_cost_a_needless_model_reload(host, cases):
     # Both pending, and --tags genconfig: its restart would start the servers on a half-written state: refused.
     out = run({**env_change, **temperature}, "--tags", "genconfig")
     assert out.returncode != 0
-    assert "would restart services whose inputs also have changes outside these tags" in text(out)
-    assert re.search(r"sglang-dsv4-(prefill|decode): /etc/sglang-dsv4/(prefill|decode)\.env", text(out))
+    assert "whose inputs also have changes outside these tags" in flat(out) and "would restart services" in flat(out)
+    assert re.search(r"sglang-dsv4-(prefill|decode): /etc/sglang-dsv4/(prefill|decode)\.env", flat(out))
     assert pids(host_state(host)) == pids(before) and host_state(host)["files"] == before["files"]
     # --tags genconfig with only a temperature change restarts both servers and verifies what is on disk.
     out = run(temperature, "--tags", "genconfig")
