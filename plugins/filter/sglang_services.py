@@ -2,13 +2,15 @@
 
 `sglang_topology_errors` lists what is wrong with a topology (each message names the variable);
 `sglang_unit_specs` builds, per service, the command line, environment and placement that the single
-unit template renders. Both are plain functions, tested in tests/test_filters.py.
+unit template renders, its command lines from the one table of managed flags (module_utils/sglang_flags.py).
+Both are plain functions, tested in tests/unit/test_filter_sglang_services.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import ROUTER_FLAGS, SERVER_FLAGS, render
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address
 
 VAR = "sglang_services_topology"
@@ -16,7 +18,6 @@ SERVER_MODES = ("prefill", "decode")
 MODES = (*SERVER_MODES, "router")
 TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
 PORT_KEYS = ("port", "bootstrap_port", "metrics_port")
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 UNIT_PREFIX = "sglang-dsv4-"
 
 
@@ -96,65 +97,14 @@ def router_url(svc: dict[str, Any], tls: bool = False) -> str:
     return f"{'https' if tls else 'http'}://{host}:{svc['port']}"
 
 
-def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    argv = [
-        *settings["launcher"]["server"],
-        "--model-path",
-        settings["model_path"],
-        "--served-model-name",
-        settings["served_model_name"],
-        "--host",
-        "127.0.0.1",
-        "--port",
-        svc["port"],
-        "--tp-size",
-        len(svc["gpu_ids"]),
-        # The sampling-defaults switch: without "model", generation_config.json is ignored.
-        "--sampling-defaults",
-        settings["sampling_defaults"],
-        "--disaggregation-mode",
-        svc["mode"],
-        "--disaggregation-transfer-backend",
-        settings["transfer_backend"],
-    ]
-    if svc["mode"] == "prefill":
-        argv += ["--disaggregation-bootstrap-port", svc["bootstrap_port"]]
-    if settings.get("ib_device"):
-        argv += ["--disaggregation-ib-device", settings["ib_device"]]
-    if settings.get("api_key"):
-        # %d is systemd's credentials directory (LoadCredential=server-config.yaml in the unit).
-        argv += ["--config", "%d/server-config.yaml"]
-    argv += ["--kv-cache-dtype", settings["kv_cache_dtype"], "--enable-metrics"]
-    return argv + list(settings.get("server_flags", [])) + list(svc.get("extra_flags", []))
+def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[Any]:
+    managed = render(SERVER_FLAGS, svc, settings)
+    return [*settings["launcher"]["server"], *managed, *settings.get("server_flags", []), *svc.get("extra_flags", [])]
 
 
-def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    by_mode = {s["mode"]: s for s in topology.values()}
-    prefill, decode = by_mode["prefill"], by_mode["decode"]
-    argv = [
-        *settings["launcher"]["router"],
-        "--pd-disaggregation",
-        "--prefill",
-        f"http://127.0.0.1:{prefill['port']}",
-        prefill["bootstrap_port"],
-        "--decode",
-        f"http://127.0.0.1:{decode['port']}",
-        "--host",
-        svc.get("host", "127.0.0.1"),
-        "--port",
-        svc["port"],
-        # Without these the router serves its metrics on 0.0.0.0:29000.
-        "--prometheus-host",
-        svc.get("metrics_host", "127.0.0.1"),
-        "--prometheus-port",
-        svc["metrics_port"],
-        # Offline and quiet: the tokenizer comes from the model directory, never from the Hub.
-        "--tokenizer-path",
-        settings["model_path"],
-    ]
-    if settings.get("router_tls"):
-        argv += ["--tls-cert-path", "%d/tls-cert", "--tls-key-path", "%d/tls-key"]
-    return argv + list(svc.get("extra_flags", []))
+def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[str, Any]) -> list[Any]:
+    managed = render(ROUTER_FLAGS, svc, {**settings, "topology": topology})
+    return [*settings["launcher"]["router"], *managed, *svc.get("extra_flags", [])]
 
 
 # Files of the model directory each kind of service reads at start (SGLang's ModelConfig and tokenizer manager;

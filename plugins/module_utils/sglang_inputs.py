@@ -4,8 +4,8 @@ Written once, reached from YAML through the `sglang_input_errors` filter (plugin
 so preflight and the tests use the same code. Every message names the variable and the value; for secrets
 the variable and the fault, never the value.
 
-The managed option strings come from the real parsers (sglang 0.5.23 `ServerArgs.add_cli_args`,
-sglang-router 0.3.2 `RouterArgs.add_cli_args`), aliases included; tests/contract holds them to those parsers.
+The managed option strings come from the one table of managed flags (module_utils/sglang_flags.py), which also
+renders the command lines; tests/contract holds it to the real parsers, aliases included.
 Both parsers accept unique prefixes (argparse's allow_abbrev), so a prefix of a managed option is refused too.
 """
 
@@ -15,40 +15,15 @@ import ipaddress
 import re
 from typing import Any
 
-# Option string -> the variable that owns what it sets.
-SERVER_MANAGED_OPTIONS: dict[str, str] = {
-    "--model-path": "sglang_common_model_path",
-    "--model": "sglang_common_model_path",
-    "--served-model-name": "sglang_services_served_model_name",
-    "--host": "the collection (servers listen on 127.0.0.1)",
-    "--port": "sglang_services_topology.<service>.port",
-    "--tp-size": "sglang_services_topology.<service>.gpu_ids",
-    "--tensor-parallel-size": "sglang_services_topology.<service>.gpu_ids",
-    "--base-gpu-id": "sglang_services_topology.<service>.gpu_ids",
-    "--sampling-defaults": "sglang_services_sampling_defaults",
-    "--disaggregation-mode": "sglang_services_topology.<service>.mode",
-    "--disaggregation-transfer-backend": "sglang_services_transfer_backend",
-    "--disaggregation-bootstrap-port": "sglang_services_topology.prefill.bootstrap_port",
-    "--disaggregation-ib-device": "sglang_services_ib_device",
-    "--kv-cache-dtype": "sglang_services_kv_cache_dtype",
-    "--config": "the collection (the API key file)",
-    "--api-key": "sglang_services_api_key",
-}
-ROUTER_MANAGED_OPTIONS: dict[str, str] = {
-    "--pd-disaggregation": "the collection",
-    "--prefill": "sglang_services_topology",
-    "--decode": "sglang_services_topology",
-    "--host": "sglang_services_topology.router.host",
-    "--port": "sglang_services_topology.router.port",
-    "--prometheus-host": "sglang_services_topology.router.metrics_host",
-    "--prometheus-port": "sglang_services_topology.router.metrics_port",
-    "--api-key": "sglang_services_api_key",
-    "--control-plane-api-keys": "sglang_services_admin_key",
-    "--tokenizer-path": "sglang_common_model_path",
-    "--model-path": "sglang_common_model_path",
-    "--tls-cert-path": "sglang_services_router_tls_cert",
-    "--tls-key-path": "sglang_services_router_tls_key",
-}
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import (
+    ROUTER_FLAGS,
+    SERVER_FLAGS,
+    managed_options,
+)
+
+# Option string -> the variable that owns what it sets: from the one table of managed flags (sglang_flags.py).
+SERVER_MANAGED_OPTIONS: dict[str, str] = managed_options(SERVER_FLAGS)
+ROUTER_MANAGED_OPTIONS: dict[str, str] = managed_options(ROUTER_FLAGS)
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Environment the units set themselves; an operator's value would be silently overridden or break the split.

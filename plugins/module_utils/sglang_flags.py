@@ -1,0 +1,137 @@
+"""The one table of the command-line flags the collection manages, for the servers and for the router.
+
+Each row: the option, its aliases in the real parser, the variable that owns what it sets, and how it is rendered
+from a service's settings (the words after the option; None: not rendered here; []: a switch). The same rows
+render the command lines (filter/sglang_services.py), refuse `extra_flags` and `sglang_services_server_flags` that
+would set one of them (module_utils/sglang_inputs.py, with argparse's abbreviations), and are held to the real
+parsers, aliases included, by tests/contract (sglang 0.5.23 `ServerArgs.add_cli_args`, sglang-router 0.3.2
+`RouterArgs.add_cli_args`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Render = Callable[[dict[str, Any], dict[str, Any]], list[Any] | None]
+
+
+@dataclass(frozen=True)
+class Flag:
+    option: str
+    variable: str
+    render: Render
+    aliases: tuple[str, ...] = ()
+
+
+def _never(_svc: dict[str, Any], _settings: dict[str, Any]) -> None:
+    return None
+
+
+def _switch(_svc: dict[str, Any], _settings: dict[str, Any]) -> list[Any]:
+    return []
+
+
+def _by_mode(topology: dict[str, Any], mode: str) -> dict[str, Any]:
+    return next(s for s in topology.values() if s["mode"] == mode)
+
+
+SERVER_FLAGS: tuple[Flag, ...] = (
+    Flag("--model-path", "sglang_common_model_path", lambda svc, st: [st["model_path"]], ("--model",)),
+    Flag("--served-model-name", "sglang_services_served_model_name", lambda svc, st: [st["served_model_name"]]),
+    Flag("--host", "the collection (servers listen on 127.0.0.1)", lambda svc, st: ["127.0.0.1"]),
+    Flag("--port", "sglang_services_topology.<service>.port", lambda svc, st: [svc["port"]]),
+    Flag(
+        "--tp-size",
+        "sglang_services_topology.<service>.gpu_ids",
+        lambda svc, st: [len(svc["gpu_ids"])],
+        ("--tensor-parallel-size",),
+    ),
+    Flag("--base-gpu-id", "sglang_services_topology.<service>.gpu_ids", _never),
+    # The sampling-defaults switch: without "model", generation_config.json is ignored.
+    Flag("--sampling-defaults", "sglang_services_sampling_defaults", lambda svc, st: [st["sampling_defaults"]]),
+    Flag("--disaggregation-mode", "sglang_services_topology.<service>.mode", lambda svc, st: [svc["mode"]]),
+    Flag(
+        "--disaggregation-transfer-backend",
+        "sglang_services_transfer_backend",
+        lambda svc, st: [st["transfer_backend"]],
+    ),
+    Flag(
+        "--disaggregation-bootstrap-port",
+        "sglang_services_topology.prefill.bootstrap_port",
+        lambda svc, st: [svc["bootstrap_port"]] if svc["mode"] == "prefill" else None,
+    ),
+    Flag(
+        "--disaggregation-ib-device",
+        "sglang_services_ib_device",
+        lambda svc, st: [st["ib_device"]] if st.get("ib_device") else None,
+    ),
+    # %d is systemd's credentials directory (LoadCredential=server-config.yaml in the unit).
+    Flag(
+        "--config",
+        "the collection (the API key file)",
+        lambda svc, st: ["%d/server-config.yaml"] if st.get("api_key") else None,
+    ),
+    Flag("--api-key", "sglang_services_api_key", _never),
+    Flag("--kv-cache-dtype", "sglang_services_kv_cache_dtype", lambda svc, st: [st["kv_cache_dtype"]]),
+    # The monitoring scrapes the servers' /metrics.
+    Flag("--enable-metrics", "the collection (the monitoring scrapes /metrics)", _switch),
+)
+
+ROUTER_FLAGS: tuple[Flag, ...] = (
+    Flag("--pd-disaggregation", "the collection", _switch),
+    Flag(
+        "--prefill",
+        "sglang_services_topology",
+        lambda svc, st: [
+            f"http://127.0.0.1:{_by_mode(st['topology'], 'prefill')['port']}",
+            _by_mode(st["topology"], "prefill")["bootstrap_port"],
+        ],
+    ),
+    Flag(
+        "--decode",
+        "sglang_services_topology",
+        lambda svc, st: [f"http://127.0.0.1:{_by_mode(st['topology'], 'decode')['port']}"],
+    ),
+    Flag("--host", "sglang_services_topology.router.host", lambda svc, st: [svc.get("host", "127.0.0.1")]),
+    Flag("--port", "sglang_services_topology.router.port", lambda svc, st: [svc["port"]]),
+    # Without these the router serves its metrics on 0.0.0.0:29000.
+    Flag(
+        "--prometheus-host",
+        "sglang_services_topology.router.metrics_host",
+        lambda svc, st: [svc.get("metrics_host", "127.0.0.1")],
+    ),
+    Flag("--prometheus-port", "sglang_services_topology.router.metrics_port", lambda svc, st: [svc["metrics_port"]]),
+    # Offline and quiet: the tokenizer comes from the model directory, never from the Hub.
+    Flag("--tokenizer-path", "sglang_common_model_path", lambda svc, st: [st["model_path"]]),
+    Flag("--model-path", "sglang_common_model_path", _never),
+    Flag(
+        "--tls-cert-path",
+        "sglang_services_router_tls_cert",
+        lambda svc, st: ["%d/tls-cert"] if st.get("router_tls") else None,
+    ),
+    Flag(
+        "--tls-key-path",
+        "sglang_services_router_tls_key",
+        lambda svc, st: ["%d/tls-key"] if st.get("router_tls") else None,
+    ),
+    # Both keys reach the router from systemd credentials through sglang_with_secret.py, never a command line.
+    Flag("--api-key", "sglang_services_api_key", _never),
+    Flag("--control-plane-api-keys", "sglang_services_admin_key", _never),
+)
+
+
+def managed_options(flags: tuple[Flag, ...]) -> dict[str, str]:
+    """Option string (aliases included) -> the variable that owns it."""
+    return {spelling: flag.variable for flag in flags for spelling in (flag.option, *flag.aliases)}
+
+
+def render(flags: tuple[Flag, ...], svc: dict[str, Any], settings: dict[str, Any]) -> list[Any]:
+    """The managed part of a command line, in the table's order."""
+    argv: list[Any] = []
+    for flag in flags:
+        words = flag.render(svc, settings)
+        if words is not None:
+            argv += [flag.option, *words]
+    return argv
