@@ -193,6 +193,27 @@ def test_lab_api_key_is_vault_encrypted_and_production_holds_no_secret():
     assert re.search(r"^\s*sglang_services_api_key:", production, re.MULTILINE) is None
 
 
+def test_nothing_is_encrypted_with_the_lab_vault_password():
+    """`ansible-vault encrypt_string` in the repository needs the production vault id; it never takes the lab one."""
+    vault = str(Path(sys.executable).parent / "ansible-vault")
+    out = subprocess.run(
+        [vault, "encrypt_string", "--stdin-name", "sglang_services_admin_key"],
+        cwd=ROOT,
+        input="a-production-key-0123456789",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode != 0 and "$ANSIBLE_VAULT" not in out.stdout
+    assert "Did not find a match for --encrypt-vault-id=production" in out.stderr, out.stderr
+
+
+def test_ansible_temp_files_are_private_to_the_connecting_user():
+    config = (ROOT / "ansible.cfg").read_text()
+    assert re.search(r"^remote_tmp = ~/\.ansible/tmp$", config, re.MULTILINE)
+    assert "/tmp/" not in re.search(r"^remote_tmp.*$", config, re.MULTILINE).group(0)
+
+
 def test_readme_documents_every_role():
     sys.path.insert(0, str(ROOT / "scripts"))
     import role_docs

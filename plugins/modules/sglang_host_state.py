@@ -165,8 +165,9 @@ PROPERTIES = ("Id", "ActiveState", "SubState", "InvocationID", "MainPID", "NeedD
 COMMAND_TIMEOUT = 15
 
 
-def bounded(module: AnsibleModule, argv: list[str], seconds: int = COMMAND_TIMEOUT) -> tuple[int, str, str]:
+def bounded(module: AnsibleModule, argv: list[str], seconds: int | None = None) -> tuple[int, str, str]:
     """run_command under coreutils' timeout; rc 124 means the command did not answer in time."""
+    seconds = seconds or COMMAND_TIMEOUT
     rc, out, err = module.run_command(["timeout", "--kill-after=2", str(seconds), *argv])
     if rc in (124, 137):
         err = f"{argv[0]} did not answer within {seconds} s"

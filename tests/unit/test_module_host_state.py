@@ -1,0 +1,59 @@
+"""The host read of the plan (modules/sglang_host_state.py): bounded commands, refused writers, runtime changes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from ansible_collections.dsv4.sglang.plugins.modules import sglang_host_state as state
+
+
+class Module:
+    """What the module's helpers use of AnsibleModule: run_command."""
+
+    def run_command(self, argv):
+        out = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return out.returncode, out.stdout, out.stderr
+
+
+def test_a_wedged_nvidia_smi_fails_the_plan_within_seconds_naming_the_command(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nsleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(state, "COMMAND_TIMEOUT", 2)
+    started = time.monotonic()
+    errors = state.check_errors(Module(), {"gpus": 8})
+    assert time.monotonic() - started < 30  # bounded: 2 s, then SIGKILL 2 s later (never the 600 s it asks for)
+    assert errors == [
+        "nvidia-smi did not answer within 2 s (sglang_services_check_gpu_count): "
+        "the driver is wedged or the GPUs are hung"
+    ]
+
+
+def test_a_model_directory_another_account_can_write_is_refused(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "generation_config.json").write_text("{}")
+    assert state.check_errors(Module(), {"model_path": str(model), "model_files": ["config.json"]}) == []
+    model.chmod(0o777)
+    errors = state.check_errors(Module(), {"model_path": str(model), "writers": ["nobody"]})
+    assert errors and f"{model} is writable by every account" in errors[0] and "sglang_common_model_path" in errors[0]
+    model.chmod(0o755)
+    os.chown(model / "generation_config.json", 65534, 65534)
+    errors = state.check_errors(Module(), {"model_path": str(model), "writers": []})
+    assert errors and "generation_config.json is owned by uid 65534" in errors[0]
+
+
+def test_the_plan_names_the_distributions_that_changed_since_the_start(tmp_path):
+    site = tmp_path / "venv/lib/python3.11/site-packages"
+    (site / "sglang-0.5.23.dist-info").mkdir(parents=True)
+    venv = str(tmp_path / "venv")
+    unit = {"inputs": [f"distributions:{venv}"]}
+    record = {"inputs": {f"distributions:{venv}": "old"}, "runtime": {venv: {"sglang": "0.5.22", "gone": "1.0"}}}
+    current = {f"distributions:{venv}": "new"}
+    assert state.changed_since_start(unit, record, current) == [
+        f"runtime {venv} (gone 1.0 -> -, sglang 0.5.22 -> 0.5.23)"
+    ]
