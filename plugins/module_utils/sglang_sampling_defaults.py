@@ -371,6 +371,10 @@ METRIC_HELP = {
     "sglang_dsv4_server_start_time_seconds": ("gauge", "When the server's current process started."),
     "sglang_dsv4_last_rollout_timestamp_seconds": ("gauge", "When the last rollout's apply phase ended."),
     "sglang_dsv4_last_rollout_success": ("gauge", "1 when the last rollout's apply phase succeeded."),
+    "sglang_dsv4_last_rollout_rolled_back": (
+        "gauge",
+        "1 when the last rollout's apply failed and was rolled back; 0 when it succeeded or its rollback failed.",
+    ),
     "sglang_dsv4_last_heal_timestamp_seconds": ("gauge", "When a server start last checked the file."),
     "sglang_dsv4_last_heal_rewrote": ("gauge", "1 when that check had to put the managed defaults back."),
 }
@@ -416,6 +420,9 @@ def metrics(managed_path: str, target_path: str, units: dict[str, str], now: flo
     if rollout and _is_number(rollout.get("time")):
         samples.append(("sglang_dsv4_last_rollout_timestamp_seconds", {}, float(rollout["time"])))
         samples.append(("sglang_dsv4_last_rollout_success", {}, 1.0 if rollout.get("success") else 0.0))
+        # Results written before the outcome was recorded were always rolled back when they failed.
+        rolled_back = rollout.get("rolled_back", not rollout.get("success"))
+        samples.append(("sglang_dsv4_last_rollout_rolled_back", {}, 1.0 if rolled_back else 0.0))
     healed = read_status("heal.json")
     if healed and _is_number(healed.get("time")):
         samples.append(("sglang_dsv4_last_heal_timestamp_seconds", {}, float(healed["time"])))

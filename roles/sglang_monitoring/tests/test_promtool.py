@@ -54,7 +54,7 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 def test_rules_pass_promtool_check(promtool: str, rules: Path) -> None:
     out = run(promtool, "check", "rules", str(rules))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 14 rules found" in out.stdout
+    assert "SUCCESS: 15 rules found" in out.stdout
 
 
 def test_rules_unit_tests_pass(promtool: str, rules: Path) -> None:
