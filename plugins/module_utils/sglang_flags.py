@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Render = Callable[[dict[str, Any], dict[str, Any]], list[Any] | None]
+# (service settings, rendering settings) -> the words after the option, or None.
+Render = Callable[..., Any]
 
 
 @dataclass(frozen=True)
