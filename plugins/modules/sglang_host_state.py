@@ -428,8 +428,13 @@ def main() -> None:
         if props.get("UnitFileState") not in ("enabled", "static"):
             disabled.append(name)
         record = run_record(os.path.join(params["record_dir"], f"{name}.json"))
-        current = {path: input_digest(path) for path in unit["inputs"]}
-        wanted = {path: desired.get(path, current[path]) for path in unit["inputs"]}
+        inputs = list(unit["inputs"])
+        if params["against"] == "disk" and record and isinstance(record.get("inputs"), dict):
+            # Does it run from the files on disk: the inputs its start recorded (a restored unit may name
+            # another set than this run's), each as it is on disk now.
+            inputs = sorted(record["inputs"])
+        current = {path: input_digest(path) for path in inputs}
+        wanted = {path: desired.get(path, current[path]) for path in inputs}
         entry = {
             "active": props.get("ActiveState", "unknown"),
             "sub": props.get("SubState", ""),
@@ -439,9 +444,9 @@ def main() -> None:
             "record": {"digest": record.get("digest"), "invocation": record.get("invocation")} if record else None,
         }
         entry["status"] = unit_status(entry, record, inputs_digest(wanted), inputs_digest(current))
-        entry["changed_inputs"] = sorted(p for p in unit["inputs"] if wanted[p] != current[p])
-        entry["changed_since_start"] = changed_since_start(unit, record, current)
-        entry["held_inputs"] = sorted(p for p in unit["inputs"] if p in held)
+        entry["changed_inputs"] = sorted(p for p in inputs if wanted[p] != current[p])
+        entry["changed_since_start"] = changed_since_start({"inputs": inputs}, record, current)
+        entry["held_inputs"] = sorted(p for p in inputs if p in held)
         state[name], statuses[name], groups[name] = entry, entry["status"], unit["group"]
 
     facts = {"missing_users": missing_users, "disabled_units": disabled, "held": sorted(held)}

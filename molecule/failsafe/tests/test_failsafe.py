@@ -104,6 +104,14 @@ def back_to_the_inventory(host):
     assert out.returncode == 0, text(out)[-3000:]
 
 
+@pytest.fixture
+def at_inventory(host):
+    """The host as the inventory says, so that the only pending change is the one the test makes."""
+    out = deploy(*(break_args(host) if host.file(LOCK).exists else []))
+    assert out.returncode == 0, text(out)[-3000:]
+    assert runs_from_disk(host_state(host)) == []
+
+
 @pytest.fixture(scope="module")
 def cases():
     """Numbers each case, so that every case's change differs from the state the previous one left."""
@@ -210,7 +218,7 @@ def router_answers(host, key: str) -> int:
     )
 
 
-def test_a_rotated_key_that_fails_verification_leaves_the_router_on_the_old_key(host):
+def test_a_rotated_key_that_fails_verification_leaves_the_router_on_the_old_key(host, at_inventory):
     old = lab_secret("sglang_services_api_key")
     before = host_state(host)
     assert router_answers(host, old) == 200
@@ -228,7 +236,7 @@ def test_a_rotated_key_that_fails_verification_leaves_the_router_on_the_old_key(
     assert router_answers(host, "rotated-client-key-0123456789") == 401
 
 
-def test_a_runtime_upgrade_in_the_venv_is_a_planned_restart_of_what_runs_it(host):
+def test_a_runtime_upgrade_in_the_venv_is_a_planned_restart_of_what_runs_it(host, at_inventory):
     site = host.check_output("ls -d /opt/sglang/venv/lib/python3*/site-packages")
     before = host_state(host)
     host.run_test(f"mkdir {site}/dsv4_lab_probe-1.0.dist-info")
@@ -249,7 +257,7 @@ def test_a_runtime_upgrade_in_the_venv_is_a_planned_restart_of_what_runs_it(host
     assert runs_from_disk(host_state(host)) == []
 
 
-def test_a_drop_in_is_an_input_and_restarts_prefill_and_decode_together(host):
+def test_a_drop_in_is_an_input_and_restarts_prefill_and_decode_together(host, at_inventory):
     dropin = "/etc/systemd/system/sglang-dsv4-decode.service.d"
     before = host_state(host)
     host.run_test(f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=DSV4_DROPIN=1\\n' > {dropin}/lab.conf")
@@ -368,9 +376,8 @@ def fault_env(fault: str) -> dict:
     return {**os.environ, "ANSIBLE_NOCOLOR": "1", **FAULTS, "DSV4_LAB_FAULT": fault}
 
 
-def test_tags_never_cost_a_needless_model_reload(host, cases):
+def test_tags_never_cost_a_needless_model_reload(host, cases, at_inventory):
     case = cases()
-    assert deploy().returncode == 0  # from the inventory's state: the only pending changes are the ones below
     before = host_state(host)
     env_change = {"sglang_services_environment": {**LAB_ENV, "DSV4_CASE": f"tags-{case}"}}
     # A pending env change, and --tags genconfig: nothing of the servers is written, so nothing restarts.
@@ -394,3 +401,17 @@ def test_tags_never_cost_a_needless_model_reload(host, cases):
     assert out.returncode == 0, text(out)[-3000:]
     after = host_state(host)
     assert runs_from_disk(after) == [] and set(temperatures(after).values()) == set(temperature.values())
+
+
+def test_check_diff_shows_what_changes_but_never_an_env_file_or_a_key(host, at_inventory):
+    before = host_state(host)
+    settings = {
+        "sglang_services_environment": {**LAB_ENV, "HF_TOKEN": "hf-token-never-shown-0123"},
+        "sglang_services_api_key": "rotated-key-never-shown-0123",
+        "sglang_genconfig_temperature": 0.7,
+    }
+    out = run(settings, "--check", "--diff")
+    assert out.returncode == 0, text(out)[-3000:]
+    assert "changes /etc/sglang-dsv4/prefill.env" in flat(out) and '"temperature": 0.7' in text(out)
+    assert "hf-token-never-shown-0123" not in text(out) and "rotated-key-never-shown-0123" not in text(out)
+    assert host_state(host)["files"] == before["files"]
