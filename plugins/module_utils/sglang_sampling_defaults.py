@@ -289,12 +289,16 @@ def inputs_digest(digests: dict[str, str | None]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def sampling_of(config: dict[str, Any] | None) -> dict[str, Any]:
+    """The sampling keys a generation_config.json holds (those SGLang reads), without the unset ones."""
+    return {k: config[k] for k in SAMPLING_KEYS if config and config.get(k) is not None}
+
+
 def started_defaults(paths: list[str]) -> dict[str, Any]:
     """The five sampling keys of the generation_config.json among the inputs, as SGLang will read them."""
     for path in paths:
         if os.path.basename(path) == "generation_config.json":
-            config, _unused = load(path)
-            return {k: (config or {})[k] for k in SAMPLING_KEYS if (config or {}).get(k) is not None}
+            return sampling_of(load(path)[0])
     return {}
 
 

@@ -143,7 +143,6 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     DISTRIBUTIONS,
-    SAMPLING_KEYS,
     UnsafeFileError,
     defaults_missing,
     distributions,
@@ -154,6 +153,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
     merge,
     read_regular,
     render,
+    sampling_of,
     startup_defaults,
 )
 
@@ -222,13 +222,16 @@ def file_changes(module: AnsibleModule, files: list[dict], diffs: list[dict]) ->
     return changes, desired
 
 
-def generation_config_change(module: AnsibleModule, spec: dict, diffs: list[dict]) -> tuple[bool, str | None]:
+def generation_config_change(
+    module: AnsibleModule, spec: dict, loaded: tuple, diffs: list[dict]
+) -> tuple[bool, str | None]:
+    """Whether merging the managed defaults changes the file, and the digest it will have; loaded is
+    (config, text, error) as read once by main()."""
     path = spec["path"]
-    try:
-        config, before = load(path)
-    except UnsafeFileError as error:
+    config, before, error = loaded
+    if isinstance(error, UnsafeFileError):
         module.fail_json(msg=f"{error}: replace it with a regular file (sglang_common_model_path)")
-    except ValueError as error:
+    if error is not None:
         module.fail_json(msg=f"{path} is not valid JSON: {error}")
     after = render(merge(config or {}, spec["sampling"]))
     if after != before and module._diff:
@@ -390,12 +393,13 @@ def main() -> None:
     desired: dict[str, str | None] = {}
     held: list[str] = []
     genconfig_path = params["generation_config"]["path"]
-    on_disk_sampling: dict = {}
+    # Read once: what the file holds now (reported, and expected of the servers by a run that leaves it alone),
+    # and the base of the merge the plan compares it with.
     try:
-        config_now, _unused = load(genconfig_path)
-        on_disk_sampling = {k: (config_now or {})[k] for k in SAMPLING_KEYS if (config_now or {}).get(k) is not None}
-    except ValueError:
-        pass
+        loaded = (*load(genconfig_path), None)
+    except ValueError as error:
+        loaded = (None, None, error)
+    on_disk_sampling = sampling_of(loaded[0])
     if params["against"] == "desired":
         # What this run will write: every file of the roles it applies (all of them unless --tags limits it).
         # A file of another role keeps its content on disk, so a tagged run never restarts for it; it is held.
@@ -405,7 +409,7 @@ def main() -> None:
         others, _unused = file_changes(module, [f for f in params["files"] if f not in applied], [])
         held += others
         genconfig_changes, genconfig_sha = generation_config_change(
-            module, params["generation_config"], diffs if roles is None or "genconfig" in roles else []
+            module, params["generation_config"], loaded, diffs if roles is None or "genconfig" in roles else []
         )
         if genconfig_changes and (roles is None or "genconfig" in roles):
             changes.append(genconfig_path)
