@@ -16,6 +16,22 @@ def _proof(plan: dict[str, Any]) -> str:
     return "FAILED: " + "; ".join(failures) if failures else "ok"
 
 
+def _releases(plan: dict[str, Any]) -> list[str]:
+    """'runtime servers: release A (sglang 0.5.22) -> B (sglang 0.5.23), to build' for each release that moves."""
+    lines = []
+    for release in plan.get("releases", []):
+        if release.get("running") == [release["id"]] and release.get("ready"):
+            continue
+        before = ", ".join(
+            f"{rid} ({what})" for rid, what in zip(release.get("running", []), release.get("running_describe", []))
+        )
+        built = "built" if release.get("ready") else "to build"
+        lines.append(
+            f"runtime {release['group']}: release {before or 'none running'} -> {release['id']} ({release['describe']}), {built}"
+        )
+    return lines
+
+
 def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str]:
     """One line per host: what changes, what restarts and why, the light proof; then the apply set."""
     lines = [f"{'host':<20} {'action':<8} {'files':>5}  restart servers / router; light proof"]
@@ -28,6 +44,8 @@ def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str
         if action == "apply":
             apply.append(host)
         lines.append(f"{host:<20} {action:<8} {len(plan.get('files', [])):>5}  servers: {servers} / router: {router}")
+        for line in _releases(plan):
+            lines.append(f"{'':<20} {'':<8} {'':>5}  {line}")
         for path in plan.get("files", []):
             lines.append(f"{'':<20} {'':<8} {'':>5}  changes {path}")
         for item in plan.get("other", []):

@@ -302,6 +302,16 @@ def started_defaults(paths: list[str]) -> dict[str, Any]:
     return {}
 
 
+def release_of(prefix: str) -> str | None:
+    """The id of the runtime release at prefix (module_utils/sglang_release.py builds them), or None."""
+    try:
+        raw = read_regular(os.path.join(prefix, "sglang-release.json"), limit=1 << 20)
+        entry = json.loads(raw) if raw else None
+    except (OSError, ValueError, UnsafeFileError):
+        return None
+    return entry.get("id") if isinstance(entry, dict) else None
+
+
 def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
     """Write what this start of the service is made of; read back by the next rollout's plan."""
     digests = {path: input_digest(path) for path in inputs}
@@ -315,6 +325,10 @@ def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
             p[len(DISTRIBUTIONS) :]: distributions(p[len(DISTRIBUTIONS) :])
             for p in inputs
             if p.startswith(DISTRIBUTIONS)
+        },
+        # The release each runtime is (its id, from the manifest a finished build writes), or null.
+        "releases": {
+            p[len(DISTRIBUTIONS) :]: release_of(p[len(DISTRIBUTIONS) :]) for p in inputs if p.startswith(DISTRIBUTIONS)
         },
         "recorded_at": time.time(),
     }

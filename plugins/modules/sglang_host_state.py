@@ -31,6 +31,14 @@ options:
     type: list
     elements: dict
     required: true
+  releases:
+    description: The runtime releases the units will run, each C(group), C(id), C(path), C(pins), C(describe)
+      and C(size_mb) (room a build needs). Each is read on the host (built, changed by hand since its build,
+      which the services of its group run now); the plan lists those to build in C(plan.build), and drift, an
+      unsafe releases folder or too little room are C(check_errors).
+    type: list
+    elements: dict
+    default: []
   users:
     description: Users that must exist.
     type: list
@@ -72,8 +80,7 @@ options:
     type: dict
     default: {}
   checks:
-    description: Host-side preconditions, reported in C(check_errors) with the variable to fix. C(python) and
-      C(modules) (the runtime's Python finds them), C(model_path) and C(model_files) (present), C(writers) (the
+    description: Host-side preconditions, reported in C(check_errors) with the variable to fix. C(model_path) and C(model_files) (present), C(writers) (the
       accounts besides root that may write the model directory and generation_config.json), C(gpus)
       (nvidia-smi lists exactly that many; 0 skips the check). Every command is bounded in time.
     type: dict
@@ -103,8 +110,8 @@ EXAMPLES = r"""
 RETURN = r"""
 plan:
   description: C(files) to change, C(missing_users), C(disabled_units), C(other) (the same as sentences, for
-    the table), C(held) and C(held_conflicts) (see C(apply_roles)), C(restart) reasons per group,
-    C(restart_servers) and C(restart_router) (booleans), C(empty).
+    the table), C(held) and C(held_conflicts) (see C(apply_roles)), C(build) and C(releases) (see
+    C(releases)), C(restart) reasons per group, C(restart_servers) and C(restart_router) (booleans), C(empty).
   returned: always
   type: dict
 units:
@@ -141,6 +148,14 @@ from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import (
+    describe,
+    drift,
+    free_bytes,
+    installed,
+    read_manifest,
+    unsafe_dir,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     DISTRIBUTIONS,
     UnsafeFileError,
@@ -265,21 +280,8 @@ def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected:
     return failures
 
 
-FIND_MODULES = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if not importlib.util.find_spec(m)))"
-
-
 def check_errors(module: AnsibleModule, checks: dict) -> list[str]:
     errors = []
-    python, modules = checks.get("python"), checks.get("modules") or []
-    if python and modules:
-        if not os.access(python, os.X_OK):
-            rc, out, err = 127, "", "no such program"
-        else:
-            rc, out, err = bounded(module, [python, "-c", FIND_MODULES, *modules], 60)
-        if rc != 0 or out.strip():
-            missing = out.strip() or ", ".join(modules)
-            why = f": {err.strip()[-200:]}" if rc != 0 else ""
-            errors.append(f"sglang_runtime_python={python} cannot import {missing}{why}")
     model_path = checks.get("model_path")
     if model_path:
         # Root writes generation_config.json there (merge, heal, rollback): nobody else may plant files in it.
@@ -333,6 +335,59 @@ def foreign_writers(path: str, users: list[str]) -> str | None:
     return None
 
 
+def read_releases(releases: list[dict], records: dict[str, dict | None], groups: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """Each desired release as the host has it (built, changed by hand since, what each group runs now), and
+    the errors that stop the plan: drift, an unsafe releases folder, no room for the releases to build."""
+    out, errors, need = [], [], 0
+    for release in releases:
+        path, group = release["path"], release["group"]
+        directory = os.path.dirname(path)
+        for folder in (os.path.dirname(directory), directory):
+            why = unsafe_dir(folder)
+            if why and f"{folder} {why}" not in " ".join(errors):
+                errors.append(f"sglang_runtime_releases_dir: {folder} {why}; root builds releases only in a folder that is root's alone")
+        manifest = read_manifest(path)
+        if manifest:
+            moved = drift(manifest.get("packages") or {}, installed(path))
+            if moved:
+                errors.append(
+                    f"release {path} ({group}) was changed by hand after its build: {'; '.join(moved)}. The plan stops:"
+                    f" put it back (pip install --require-hashes -r {path}/sglang-release.lock) or remove the folder"
+                    " once nothing runs from it, and run again"
+                )
+        else:
+            need += int(release.get("size_mb") or 0) << 20
+        running = sorted(
+            {
+                os.path.basename(spec[len(DISTRIBUTIONS) :].rstrip("/"))
+                for name, record in records.items()
+                if record and groups.get(name) == group
+                for spec in record.get("inputs") or {}
+                if spec.startswith(DISTRIBUTIONS) and os.path.dirname(spec[len(DISTRIBUTIONS) :].rstrip("/")) == directory
+            }
+        )
+        out.append(
+            {
+                "group": group,
+                "id": release["id"],
+                "describe": release.get("describe") or describe(release.get("pins") or {}),
+                "ready": manifest is not None,
+                "running": running,
+                "running_describe": [
+                    describe((read_manifest(os.path.join(directory, rid)) or {}).get("packages") or {}) for rid in running
+                ],
+            }
+        )
+    if need and releases:
+        free = free_bytes(os.path.dirname(releases[0]["path"]))
+        if free < need:
+            errors.append(
+                f"sglang_runtime_releases_dir: {os.path.dirname(releases[0]['path'])} has {free >> 20} MB free, the"
+                f" releases to build need {need >> 20} MB (sglang_runtime_release_size_mb): free room or prune by hand"
+            )
+    return out, errors
+
+
 def run_record(path: str) -> dict | None:
     """A service's start record (root-only, under /run), or None when absent or not a small regular file."""
     try:
@@ -354,14 +409,18 @@ def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[
             continue
         if path.startswith(DISTRIBUTIONS):
             venv = path[len(DISTRIBUTIONS) :]
-            before = (record.get("runtime") or {}).get(venv) or {}
+            runtimes = record.get("runtime") or {}
+            # Another release in place of the one it started from: compare the two.
+            was = venv if venv in runtimes or len(runtimes) != 1 else next(iter(runtimes))
+            before = runtimes.get(was) or {}
             now = distributions(venv)
             moved = [
                 f"{name} {before.get(name, '-')} -> {now.get(name, '-')}"
                 for name in sorted(set(before) | set(now))
                 if before.get(name) != now.get(name)
             ]
-            changed.append(f"runtime {venv} ({', '.join(moved) or 'changed'})")
+            label = venv if was == venv else f"{was} -> {venv}"
+            changed.append(f"runtime {label} ({', '.join(moved) or 'changed'})")
         else:
             changed.append(path)
     return changed
@@ -374,6 +433,7 @@ def main() -> None:
             "generation_config": {"type": "dict", "required": True},
             "units": {"type": "list", "elements": "dict", "required": True},
             "users": {"type": "list", "elements": "str", "default": []},
+            "releases": {"type": "list", "elements": "dict", "default": []},
             "record_dir": {"type": "path", "required": True},
             "lock_path": {"type": "path", "required": True},
             "against": {"type": "str", "choices": ["desired", "disk"], "default": "desired"},
@@ -425,13 +485,14 @@ def main() -> None:
             missing_users.append(user)
 
     systemd = systemd_units(module, [f"{u['name']}.service" for u in params["units"]])
-    state, statuses, groups, disabled = {}, {}, {}, []
+    state, statuses, groups, disabled, records = {}, {}, {}, [], {}
     for unit in params["units"]:
         name = unit["name"]
         props = systemd.get(f"{name}.service", {})
         if props.get("UnitFileState") not in ("enabled", "static"):
             disabled.append(name)
         record = run_record(os.path.join(params["record_dir"], f"{name}.json"))
+        records[name] = record
         inputs = list(unit["inputs"])
         if params["against"] == "disk" and record and isinstance(record.get("inputs"), dict):
             # Does it run from the files on disk: the inputs its start recorded (a restored unit may name
@@ -453,7 +514,13 @@ def main() -> None:
         entry["held_inputs"] = sorted(p for p in inputs if p in held)
         state[name], statuses[name], groups[name] = entry, entry["status"], unit["group"]
 
-    facts = {"missing_users": missing_users, "disabled_units": disabled, "held": sorted(held)}
+    releases, release_errors = read_releases(params["releases"], records, groups)
+    facts = {
+        "missing_users": missing_users,
+        "disabled_units": disabled,
+        "held": sorted(held),
+        "build": [r["id"] for r in releases if not r["ready"]],
+    }
     # The plan's light proof, carried into the apply's reads under the lock, still asks for its repair.
     carried = {group: list(params["proof_failures"].get(group) or []) for group in ("servers", "router")}
     plan = decide(changes, statuses, groups, carried, facts=facts, details=state)
@@ -467,7 +534,8 @@ def main() -> None:
         proof = {"ran": True, "failures": failures}
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
 
-    errors = check_errors(module, params["checks"])
+    errors = check_errors(module, params["checks"]) + release_errors
+    plan["releases"] = releases
     result = {
         # Read-only: "changed" only for --check, where it means "would change" (and lets --diff show the diffs).
         "changed": params["report_changes"] and not plan["empty"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import logging
 import math
@@ -32,7 +33,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-VERSION = "0.5.23"
+def _installed_sglang() -> str:
+    """The sglang version of the release this process runs from (the lab installs the real wheel there without
+    its GPU stack), as /get_server_info's `version` reports it for the real server; 0.5.23 outside a release."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.5.23"
+
+
+VERSION = _installed_sglang()
 # The five keys SGLang takes from generation_config.json (ModelConfig.get_default_sampling_params),
 # in SGLang's order, which is also the order of its startup log line.
 MODEL_SAMPLING_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
