@@ -134,7 +134,8 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
                                 "sglang_runtime_environment": "lab",
                                 "sglang_runtime_release_no_deps": True,
                                 "sglang_runtime_server_lock": str(
-                                    tmp_path / "collections/ansible_collections/dsv4/sglang/roles/lab_hosts/files/locks"
+                                    tmp_path
+                                    / "collections/ansible_collections/dsv4/sglang/roles/lab_hosts/files/locks"
                                     / "sglang-0.5.23-nodeps.txt"
                                 ),
                             },

@@ -53,6 +53,11 @@ def text(run: subprocess.CompletedProcess) -> str:
     return run.stdout + run.stderr
 
 
+def flat(run: subprocess.CompletedProcess) -> str:
+    """All a run printed, with the YAML callback's line wrapping undone."""
+    return " ".join(text(run).split())
+
+
 def recap(output: str) -> str:
     return output[output.rfind("PLAY RECAP") :]
 

@@ -22,13 +22,11 @@ def _releases(plan: dict[str, Any]) -> list[str]:
     for release in plan.get("releases", []):
         if release.get("running") == [release["id"]] and release.get("ready"):
             continue
-        before = ", ".join(
-            f"{rid} ({what})" for rid, what in zip(release.get("running", []), release.get("running_describe", []))
-        )
+        running = zip(release.get("running", []), release.get("running_describe", []), strict=True)
+        before = ", ".join(f"{rid} ({what})" for rid, what in running) or "none running"
         built = "built" if release.get("ready") else "to build"
-        lines.append(
-            f"runtime {release['group']}: release {before or 'none running'} -> {release['id']} ({release['describe']}), {built}"
-        )
+        after = f"{release['id']} ({release['describe']})"
+        lines.append(f"runtime {release['group']}: release {before} -> {after}, {built}")
     return lines
 
 

@@ -62,8 +62,9 @@ def decide(
     """The host's plan, as data: file changes, what restarts per group and why, what else the run must do.
 
     groups maps each service to "servers" or "router"; proof_failures maps a group to what failed. facts holds
-    `missing_users`, `disabled_units`, `build` (releases not built yet) and `held` (files that differ but belong to roles a --tags run leaves
-    out); details holds per service its `changed_since_start`, `changed_inputs` and `held_inputs`.
+    `missing_users`, `disabled_units`, `build` (releases not built yet) and `held` (files that differ but belong
+    to roles a --tags run leaves out); details holds per service its `changed_since_start`, `changed_inputs` and
+    `held_inputs`.
     """
     proof_failures = dict(proof_failures or {})
     if proof_failures.get("servers"):
@@ -104,5 +105,9 @@ def decide(
         "restart": restart,
         "restart_servers": bool(restart["servers"]),
         "restart_router": bool(restart["router"]),
-        "empty": not changes and not other and not facts.get("build") and not restart["servers"] and not restart["router"],
+        "empty": not changes
+        and not other
+        and not facts.get("build")
+        and not restart["servers"]
+        and not restart["router"],
     }

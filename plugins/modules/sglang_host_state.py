@@ -80,7 +80,8 @@ options:
     type: dict
     default: {}
   checks:
-    description: Host-side preconditions, reported in C(check_errors) with the variable to fix. C(model_path) and C(model_files) (present), C(writers) (the
+    description: Host-side preconditions, reported in C(check_errors) with the variable to fix. C(model_path)
+      and C(model_files) (present), C(writers) (the
       accounts besides root that may write the model directory and generation_config.json), C(gpus)
       (nvidia-smi lists exactly that many; 0 skips the check). Every command is bounded in time.
     type: dict
@@ -335,7 +336,9 @@ def foreign_writers(path: str, users: list[str]) -> str | None:
     return None
 
 
-def read_releases(releases: list[dict], records: dict[str, dict | None], groups: dict[str, str]) -> tuple[list[dict], list[str]]:
+def read_releases(
+    releases: list[dict], records: dict[str, dict | None], groups: dict[str, str]
+) -> tuple[list[dict], list[str]]:
     """Each desired release as the host has it (built, changed by hand since, what each group runs now), and
     the errors that stop the plan: drift, an unsafe releases folder, no room for the releases to build."""
     out, errors, need = [], [], 0
@@ -345,7 +348,10 @@ def read_releases(releases: list[dict], records: dict[str, dict | None], groups:
         for folder in (os.path.dirname(directory), directory):
             why = unsafe_dir(folder)
             if why and f"{folder} {why}" not in " ".join(errors):
-                errors.append(f"sglang_runtime_releases_dir: {folder} {why}; root builds releases only in a folder that is root's alone")
+                errors.append(
+                    f"sglang_runtime_releases_dir: {folder} {why}; root builds releases only in a folder that is"
+                    " root's alone"
+                )
         manifest = read_manifest(path)
         if manifest:
             moved = drift(manifest.get("packages") or {}, installed(path))
@@ -363,7 +369,8 @@ def read_releases(releases: list[dict], records: dict[str, dict | None], groups:
                 for name, record in records.items()
                 if record and groups.get(name) == group
                 for spec in record.get("inputs") or {}
-                if spec.startswith(DISTRIBUTIONS) and os.path.dirname(spec[len(DISTRIBUTIONS) :].rstrip("/")) == directory
+                if spec.startswith(DISTRIBUTIONS)
+                and os.path.dirname(spec[len(DISTRIBUTIONS) :].rstrip("/")) == directory
             }
         )
         out.append(
@@ -374,7 +381,8 @@ def read_releases(releases: list[dict], records: dict[str, dict | None], groups:
                 "ready": manifest is not None,
                 "running": running,
                 "running_describe": [
-                    describe((read_manifest(os.path.join(directory, rid)) or {}).get("packages") or {}) for rid in running
+                    describe((read_manifest(os.path.join(directory, rid)) or {}).get("packages") or {})
+                    for rid in running
                 ],
             }
         )
@@ -398,6 +406,10 @@ def run_record(path: str) -> dict | None:
     return entry if isinstance(entry, dict) else None
 
 
+# How many changed distributions a restart reason names before it says "and N more".
+MOVED_SHOWN = 6
+
+
 def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[str]:
     """The inputs whose content differs from the service's start record; for a runtime, which distributions."""
     if not record:
@@ -419,8 +431,13 @@ def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[
                 for name in sorted(set(before) | set(now))
                 if before.get(name) != now.get(name)
             ]
-            label = venv if was == venv else f"{was} -> {venv}"
-            changed.append(f"runtime {label} ({', '.join(moved) or 'changed'})")
+            if len(moved) > MOVED_SHOWN:
+                moved = [*moved[:MOVED_SHOWN], f"and {len(moved) - MOVED_SHOWN} more"]
+            if was == venv:
+                changed.append(f"runtime {venv} ({', '.join(moved) or 'changed'})")
+            else:
+                what = ", ".join(moved) if now else "not built yet"
+                changed.append(f"runtime release {os.path.basename(was)} -> {os.path.basename(venv)} ({what})")
         else:
             changed.append(path)
     return changed

@@ -74,7 +74,10 @@ def ensure_dir(module: AnsibleModule, directory: str) -> None:
     for path in (os.path.dirname(directory), directory):
         why = unsafe_dir(path)
         if why:
-            module.fail_json(msg=f"sglang_runtime_releases_dir: {path} {why}; root builds releases only in a folder that is root's alone")
+            module.fail_json(
+                msg=f"sglang_runtime_releases_dir: {path} {why}; root builds releases only in a folder that is"
+                " root's alone"
+            )
     os.makedirs(directory, mode=0o755, exist_ok=True)
 
 
@@ -121,7 +124,13 @@ def build(module: AnsibleModule) -> None:
     source = ["--no-index", "--find-links", p["wheelhouse"]] if p["wheelhouse"] else []
     source += ["--index-url", p["index_url"]] if p["index_url"] and not p["wheelhouse"] else []
     deps = ["--no-deps"] if p["no_deps"] else []
-    run(module, [*pip, "install", "--require-hashes", *deps, *source, "-r", os.path.join(path, LOCK)], deadline, "pip install", path)
+    run(
+        module,
+        [*pip, "install", "--require-hashes", *deps, *source, "-r", os.path.join(path, LOCK)],
+        deadline,
+        "pip install",
+        path,
+    )
     if not p["no_deps"]:
         run(module, [*pip, "check"], deadline, "pip check", path)
     moved = drift(p["pins"], installed(path))
@@ -139,7 +148,7 @@ def build(module: AnsibleModule) -> None:
             info = os.lstat(entry)
             if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
                 os.chmod(entry, stat.S_IMODE(info.st_mode) & ~0o022)
-    os.chmod(path, 0o755)
+    os.chmod(path, 0o755)  # noqa: S103 - readable and runnable by the service user, writable by root alone
     entry = {
         "id": rid,
         "group": p["group"],

@@ -6,6 +6,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-from labtools import ROOT, deploy, host_state, inventory, lab_secret, playbook, recap, runs_from_disk, text
+from labtools import ROOT, deploy, flat, host_state, inventory, lab_secret, playbook, recap, runs_from_disk, text
 
-__all__ = ["ROOT", "deploy", "host_state", "inventory", "lab_secret", "playbook", "recap", "runs_from_disk", "text"]
+__all__ = [
+    "ROOT",
+    "deploy",
+    "flat",
+    "host_state",
+    "inventory",
+    "lab_secret",
+    "playbook",
+    "recap",
+    "runs_from_disk",
+    "text",
+]

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, deploy, host_state, lab_secret, recap, runs_from_disk, text
+from conftest import ROOT, deploy, flat, host_state, lab_secret, recap, runs_from_disk, text
 
 HOST = "dsv4-fs-1"
 LOCK = "/run/sglang-dsv4-deploy"
@@ -61,11 +61,6 @@ def change(case: int) -> dict:
 def run(settings: dict | None = None, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
     extra = ["-e", json.dumps(settings)] if settings else []
     return deploy(*extra, *args, env={**FAULTS, "DSV4_LAB_FAULT": fault} if fault else None)
-
-
-def flat(out: subprocess.CompletedProcess) -> str:
-    """All a run printed, with the YAML callback's line wrapping undone."""
-    return " ".join(text(out).split())
 
 
 def temperatures(state: dict) -> dict:
@@ -234,27 +229,6 @@ def test_a_rotated_key_that_fails_verification_leaves_the_router_on_the_old_key(
     assert after["units"]["router"]["pid"] != before["units"]["router"]["pid"]
     assert router_answers(host, old) == 200
     assert router_answers(host, "rotated-client-key-0123456789") == 401
-
-
-def test_a_runtime_upgrade_in_the_venv_is_a_planned_restart_of_what_runs_it(host, at_inventory):
-    site = host.check_output("ls -d /opt/sglang/venv/lib/python3*/site-packages")
-    before = host_state(host)
-    host.run_test(f"mkdir {site}/dsv4_lab_probe-1.0.dist-info")
-    try:
-        plan = deploy("--check")
-        assert "runtime /opt/sglang/venv (dsv4_lab_probe - -> 1.0)" in flat(plan), plan.stdout[-3000:]
-        out = deploy()
-        assert out.returncode == 0, text(out)[-3000:]
-        after = host_state(host)
-        assert runs_from_disk(after) == []
-        # On lab hosts only the router runs from the venv (the servers are the stand-in).
-        assert after["units"]["router"]["pid"] != before["units"]["router"]["pid"]
-        assert pids(after)["prefill"] == pids(before)["prefill"] and pids(after)["decode"] == pids(before)["decode"]
-    finally:
-        host.run(f"rm -rf {site}/dsv4_lab_probe-1.0.dist-info")
-    out = deploy()
-    assert out.returncode == 0 and "dsv4_lab_probe 1.0 -> -" in flat(out), text(out)[-3000:]
-    assert runs_from_disk(host_state(host)) == []
 
 
 def test_a_drop_in_is_an_input_and_restarts_prefill_and_decode_together(host, at_inventory):

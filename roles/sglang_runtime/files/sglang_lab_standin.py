@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+
 def _installed_sglang() -> str:
     """The sglang version of the release this process runs from (the lab installs the real wheel there without
     its GPU stack), as /get_server_info's `version` reports it for the real server; 0.5.23 outside a release."""
@@ -653,6 +654,7 @@ def server_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
     p.add_argument("--disaggregation-ib-device")
+    p.add_argument("--max-running-requests", type=int)
     p.add_argument("--tp-size", type=int, default=1)
     p.add_argument("--base-gpu-id", type=int, default=0)
     p.add_argument("--kv-cache-dtype", default="auto")
@@ -700,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
     handler = type("BoundHandler", (Handler,), {"app": app})
     httpd = ThreadingHTTPServer((args.host, args.port), handler)
     httpd.daemon_threads = True
+    if args.disaggregation_mode == "prefill":
+        _serve_bootstrap(args)
     if fault == "never_ready":
         # Lab fault injection: a server that runs but never answers /health with 200 (a model that never loads).
         log.error("lab fault injection: SGLANG_LAB_FAIL_START=never_ready, /health stays 503")
@@ -712,6 +716,48 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+class BootstrapHandler(BaseHTTPRequestHandler):
+    """The prefill's KV bootstrap server, as far as a GPU-less host can go: it listens on
+    --disaggregation-bootstrap-port at --host and answers GET /health with "OK" (sglang 0.5.23,
+    srt/disaggregation/common/conn.py, CommonKVBootstrapServer._setup_routes and _handle_health_check; started in
+    a thread by the tokenizer manager). /route, /register_dp_rank and /query_dp_ranks exchange KV-transfer
+    endpoints between GPU processes, which the lab has none of: they answer 501."""
+
+    server_version = "Python/3.11 aiohttp/3.14.5"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        log.debug("bootstrap %s %s", self.address_string(), format % args)
+
+    def _reply(self, status: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._reply(200, "OK")
+        elif self.path.startswith("/route"):
+            self._reply(501, "lab stand-in: no KV transfer")
+        else:
+            self._reply(404, "404: Not Found")
+
+    def do_POST(self) -> None:
+        known = self.path in ("/register_dp_rank", "/query_dp_ranks") or self.path.startswith("/route")
+        self._reply(501 if known else 404, "lab stand-in: no KV transfer" if known else "404: Not Found")
+
+    do_PUT = do_POST  # noqa: N815 - http.server dispatches on this name
+
+
+def _serve_bootstrap(args: argparse.Namespace) -> None:
+    httpd = ThreadingHTTPServer((args.host, args.disaggregation_bootstrap_port), BootstrapHandler)
+    httpd.daemon_threads = True
+    log.info("CommonKVBootstrapServer started successfully on %s:%s", args.host, args.disaggregation_bootstrap_port)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
 
 def _become_ready(app: ServerApp, delay: float) -> None:
