@@ -96,6 +96,14 @@ def sglang_monitoring_errors(settings: dict[str, Any]) -> list[str]:
                 f"{', '.join(exposed)} listens beyond loopback: set {', '.join(missing)} (TLS and basic "
                 "authentication), or sglang_monitoring_trusted_network=true if a trusted network fronts it"
             )
+    if _web_enabled(settings) and not web.get("password"):
+        # Basic authentication is on whatever the listener: the host's own Prometheus scrapes itself and
+        # node_exporter with this password, and an empty one would be refused at every scrape.
+        errors.append(
+            "sglang_monitoring_web_password is empty, but TLS and basic authentication are on "
+            "(sglang_monitoring_web_tls_cert and sglang_monitoring_web_password_hash are set): set the password "
+            "whose bcrypt hash that is"
+        )
     username = web.get("username", "prometheus")
     if not isinstance(username, str) or not USERNAME.fullmatch(username):
         errors.append(f"sglang_monitoring_web_username={username!r} must be letters, digits and _ . -")
@@ -110,16 +118,29 @@ def _web_enabled(settings: dict[str, Any]) -> bool:
     return bool(settings["web"].get("tls_cert") and settings["web"].get("password_hash"))
 
 
-def _client(settings: dict[str, Any]) -> dict[str, Any]:
-    """How a scraper reaches a Prometheus or node_exporter of these settings (https and basic auth, or plain)."""
+def _client(settings: dict[str, Any], password_file: str, ca_file: str | None = None) -> dict[str, Any]:
+    """How a scraper reaches a Prometheus or node_exporter of these settings (https and basic auth, or plain).
+
+    The password is never in the config: Prometheus reads it from password_file (root and prometheus only), so
+    prometheus.yml stays world-readable and `--diff` shows no secret. ca_file is a path on the scraping host.
+    """
     if not _web_enabled(settings):
         return {}
     web = settings["web"]
     return {
         "scheme": "https",
-        "basic_auth": {"username": web["username"], "password": web["password"]},
-        "tls_config": {"ca_file": web.get("tls_ca") or web["tls_cert"]},
+        "basic_auth": {"username": web["username"], "password_file": password_file},
+        "tls_config": {"ca_file": ca_file or web.get("tls_ca") or web["tls_cert"]},
     }
+
+
+def _scrape_address(listen: str) -> str:
+    """Where this host's Prometheus reaches a daemon of its own: a wildcard listener on loopback, else its address."""
+    if listen in ("0.0.0.0", ""):  # noqa: S104 - a listen address, compared
+        return "127.0.0.1"
+    if listen == "::":
+        return "::1"
+    return "127.0.0.1" if listen == "localhost" else listen
 
 
 def _labels(settings: dict[str, Any], **extra: str) -> dict[str, str]:
@@ -134,9 +155,7 @@ def sglang_prometheus_config(units: list[dict[str, Any]], settings: dict[str, An
         if unit["group"] == "servers"
     ]
     router = next(unit for unit in units if unit["group"] == "router")
-    client = _client(settings)
-    # A wildcard listen address is scraped on loopback.
-    local = "127.0.0.1" if settings["prometheus_listen_address"] in ("0.0.0.0", "::") else None  # noqa: S104
+    client = _client(settings, settings["password_file"])
     jobs = [
         {"job_name": "sglang", "static_configs": servers},
         {
@@ -148,37 +167,11 @@ def sglang_prometheus_config(units: list[dict[str, Any]], settings: dict[str, An
                 }
             ],
         },
-        {
-            "job_name": "node",
-            **client,
-            "static_configs": [
-                {
-                    "targets": [
-                        _hostport(
-                            local or settings["node_exporter_listen_address"].replace("localhost", "127.0.0.1"),
-                            settings["node_exporter_port"],
-                        )
-                    ],
-                    "labels": _labels(settings),
-                }
-            ],
-        },
-        {
-            "job_name": "prometheus",
-            **client,
-            "static_configs": [
-                {
-                    "targets": [
-                        _hostport(
-                            local or settings["prometheus_listen_address"].replace("localhost", "127.0.0.1"),
-                            settings["prometheus_port"],
-                        )
-                    ],
-                    "labels": _labels(settings),
-                }
-            ],
-        },
     ]
+    # node_exporter and Prometheus itself, each where it listens (a wildcard on loopback).
+    for job, daemon in (("node", "node_exporter"), ("prometheus", "prometheus")):
+        target = _hostport(_scrape_address(settings[f"{daemon}_listen_address"]), settings[f"{daemon}_port"])
+        jobs.append({"job_name": job, **client, "static_configs": [{"targets": [target], "labels": _labels(settings)}]})
     if settings["dcgm_exporter_enabled"]:
         jobs.append(
             {
@@ -203,6 +196,8 @@ def sglang_federation_config(members: list[dict[str, Any]], settings: dict[str, 
     """prometheus.yml of the central Prometheus: one federation job over every GPU host's Prometheus.
 
     members: per GPU host, {"host", "address", "port", "web": {...}} (the host's own monitoring settings).
+    settings: the central host's; its `password_dir` holds one password file per secured member (named by the
+    host), and its `federation_ca_file` is the CA, on the central host, that signed the members' certificates.
     """
     plain = [m for m in members if not _web_enabled(m)]
     secured = [m for m in members if _web_enabled(m)]
@@ -228,7 +223,7 @@ def sglang_federation_config(members: list[dict[str, Any]], settings: dict[str, 
             {
                 "job_name": f"federate-{member['host']}",
                 **base,
-                **_client(member),
+                **_client(member, f"{settings['password_dir']}/{member['host']}", settings.get("federation_ca_file")),
                 "static_configs": [
                     {
                         "targets": [_hostport(member["address"], member["port"])],
@@ -247,9 +242,17 @@ def sglang_federation_config(members: list[dict[str, Any]], settings: dict[str, 
     }
 
 
-def sglang_federation_errors(members: list[dict[str, Any]], central_host: str) -> list[str]:
-    """Members a central Prometheus on another machine could not reach: their Prometheus listens on loopback."""
+def sglang_federation_errors(members: list[dict[str, Any]], central_host: str, ca_file: str = "") -> list[str]:
+    """Members a central Prometheus on another machine could not reach: their Prometheus listens on loopback, or
+    serves TLS while the central host has no CA file of its own to check it with."""
     errors = []
+    secured = [m["host"] for m in members if _web_enabled(m)]
+    if secured and not ca_file:
+        errors.append(
+            f"{central_host} federates {', '.join(secured)} over TLS: set sglang_monitoring_federation_ca_file on "
+            f"{central_host} to the CA file, on {central_host}, that signed their certificates (their own "
+            "sglang_monitoring_web_tls_ca is a path on each GPU host)"
+        )
     for member in members:
         if is_loopback(member["listen_address"]) and not is_loopback(member["address"]):
             errors.append(

@@ -106,7 +106,8 @@ ROUTER_FLAGS: tuple[Flag, ...] = (
     Flag("--prometheus-port", "sglang_services_topology.router.metrics_port", lambda svc, st: [svc["metrics_port"]]),
     # Offline and quiet: the tokenizer comes from the model directory, never from the Hub.
     Flag("--tokenizer-path", "sglang_common_model_path", lambda svc, st: [st["model_path"]]),
-    Flag("--model-path", "sglang_common_model_path", _never),
+    # smg 1.13.0 adds --model as an alias (measured by the contract tests against its parser).
+    Flag("--model-path", "sglang_common_model_path", _never, ("--model",)),
     Flag(
         "--tls-cert-path",
         "sglang_services_router_tls_cert",

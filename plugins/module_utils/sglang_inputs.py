@@ -36,6 +36,7 @@ REMOVED_VARIABLES: dict[str, str] = {
     "sglang_rollout_units": "nothing: the units come from sglang_services_topology",
     "sglang_rollout_lock_timeout": "nothing: a locked host stops the run in the plan (see sglang_rollout_break_lock)",
     "sglang_verify_health_timeout": "sglang_services_timeout_start_sec",
+    "sglang_runtime_python": "sglang_runtime_server_lock: the servers and the router run from runtime releases",
 }
 
 

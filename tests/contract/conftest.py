@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 LAUNCHERS = (
     ("-m", "sglang.launch_server"),
     ("-m", "sglang_router.launch_router"),
+    ("-m", "smg.launch_router"),
     ("sglang_lab_standin.py", "server"),
 )
 
@@ -30,6 +31,47 @@ def sglang_python() -> str:
         return given
     out = subprocess.run([str(ROOT / "scripts/sglang-contract-venv.sh")], check=True, capture_output=True, text=True)
     return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def smg_python() -> str:
+    """The smg contract venv's python (smg 1.13.0 from the collection's lock; scripts/sglang-contract-venv.sh smg)."""
+    given = os.environ.get("SMG_CONTRACT_PYTHON")
+    if given:
+        return given
+    script = str(ROOT / "scripts/sglang-contract-venv.sh")
+    out = subprocess.run([script, "smg"], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def smg_binary_strings(smg_python: str) -> str:
+    """The real smg's compiled library as text: its route literals."""
+    out = subprocess.run(
+        [smg_python, "-c", "import smg, pathlib; print(pathlib.Path(smg.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    binary = next(Path(out.stdout.strip()).glob("smg_rs*.so"))
+    return binary.read_bytes().decode("latin-1")
+
+
+@pytest.fixture(scope="session")
+def ask_smg(smg_python: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        out = subprocess.run(
+            [smg_python, str(HERE / "sglang_oracle.py")],
+            input=json.dumps({**request, "router_package": "smg"}),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout)
+
+    return ask
 
 
 @pytest.fixture(scope="session")

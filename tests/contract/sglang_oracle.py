@@ -1,4 +1,4 @@
-"""Asks the real sglang 0.5.23 / sglang-router 0.3.2 what they make of our inputs.
+"""Asks the real sglang 0.5.23 / sglang-router 0.3.2 (or smg 1.13.0) what they make of our inputs.
 
 Runs inside the contract venv (scripts/sglang-contract-venv.sh), never in the project's venv:
 reads one JSON request on stdin, writes one JSON answer on stdout. Batched, because importing
@@ -7,6 +7,7 @@ sglang takes seconds.
 Request keys (all optional):
   server_argvs: [[flag, ...], ...]   parsed with sglang.srt.server_args.prepare_server_args
   router_argvs: [[flag, ...], ...]   parsed with sglang_router.launch_router.parse_router_args
+  router_package: "smg"              parse router_argvs with smg.launch_router instead (run in the smg venv)
   chat: [{generation_config: dict | null, sampling_defaults: str, request: dict}, ...]
   completion: [request dict, ...]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import importlib
 import importlib.util
 import io
 import json
@@ -77,9 +79,10 @@ def servers(argvs: list[list[str]]) -> dict[str, Any]:
     }
 
 
-def routers(argvs: list[list[str]]) -> dict[str, Any]:
-    from sglang_router.launch_router import parse_router_args
-    from sglang_router.router_args import RouterArgs
+def routers(argvs: list[list[str]], package: str = "sglang_router") -> dict[str, Any]:
+    """sglang-router 0.3.2 (sglang_router) or smg 1.13.0 (smg, in its own venv): the same parser API."""
+    parse_router_args = importlib.import_module(f"{package}.launch_router").parse_router_args
+    RouterArgs = importlib.import_module(f"{package}.router_args").RouterArgs  # noqa: N806 - a class
 
     keys = (
         "prefill_urls",
@@ -171,7 +174,7 @@ def main() -> int:
         if "server_argvs" in request:
             answer["server"] = servers(request["server_argvs"])
         if "router_argvs" in request:
-            answer["router"] = routers(request["router_argvs"])
+            answer["router"] = routers(request["router_argvs"], request.get("router_package", "sglang_router"))
         if "chat" in request:
             answer["chat"] = chat(request["chat"])
         if "completion" in request:

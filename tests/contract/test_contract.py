@@ -1,4 +1,4 @@
-"""The rendered command lines and the lab stand-in, held to the real sglang 0.5.23 / sglang-router 0.3.2."""
+"""The rendered command lines and the lab stand-in, held to the real sglang 0.5.23, sglang-router 0.3.2, smg 1.13.0."""
 
 from __future__ import annotations
 
@@ -121,6 +121,31 @@ def test_wrong_router_flag_or_value_is_refused(parsed: dict[str, Any], offset: i
     assert result["status"] == 2
 
 
+# --- the same router flags under smg 1.13.0, the maintained successor (its own venv) ---------------------
+
+
+@pytest.fixture(scope="module")
+def parsed_smg(parsed: dict[str, Any], ask_smg: Any) -> dict[str, Any]:
+    wrong = [parsed["routers"][0] + ["--mini-lb"], parsed["routers"][0] + ["--policy", "fastest"]]
+    return ask_smg({"router_argvs": parsed["routers"] + wrong})["router"]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTS)))
+def test_rendered_router_command_line_parses_under_smg_to_the_same_values(
+    parsed: dict[str, Any], parsed_smg: dict[str, Any], index: int
+) -> None:
+    result = parsed_smg["results"][index]
+    assert result["ok"], result["error"]
+    assert set(_flag_names(parsed["routers"][index])) <= set(parsed_smg["options"])
+    assert result["values"] == parsed["answer"]["router"]["results"][index]["values"]
+
+
+@pytest.mark.parametrize("offset", range(2))
+def test_smg_refuses_the_gone_mini_lb_and_a_wrong_policy(parsed: dict[str, Any], parsed_smg: dict[str, Any], offset):
+    result = parsed_smg["results"][parsed["n_routers"] + offset]
+    assert not result["ok"] and result["status"] == 2
+
+
 def test_standin_flags_exist_in_real_sglang(parsed: dict[str, Any]) -> None:
     real = set(parsed["answer"]["server"]["options"])
     mine = {option for action in standin.server_parser()._actions for option in action.option_strings}
@@ -129,7 +154,18 @@ def test_standin_flags_exist_in_real_sglang(parsed: dict[str, Any]) -> None:
 
 # --- flags the collection manages: refused in extra_flags, as the real parsers would read them ---------
 
-MANAGED = {"server": rules.SERVER_MANAGED_OPTIONS, "router": rules.ROUTER_MANAGED_OPTIONS}
+MANAGED = {
+    "server": rules.SERVER_MANAGED_OPTIONS,
+    "router": rules.ROUTER_MANAGED_OPTIONS,
+    "smg": rules.ROUTER_MANAGED_OPTIONS,
+}
+KINDS = ["server", "router", "smg"]
+
+
+@pytest.fixture(scope="module")
+def parsers(parsed: dict[str, Any], parsed_smg: dict[str, Any]) -> dict[str, Any]:
+    """Each real parser's options and aliases: sglang's server, sglang-router's and smg's router."""
+    return {"server": parsed["answer"]["server"], "router": parsed["answer"]["router"], "smg": parsed_smg}
 
 
 def _argparse_target(option: str, options: list[str]) -> str | None:
@@ -140,18 +176,22 @@ def _argparse_target(option: str, options: list[str]) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
-@pytest.mark.parametrize("kind", ["server", "router"])
-def test_managed_options_and_all_their_aliases_come_from_the_real_parser(parsed: dict[str, Any], kind: str) -> None:
-    real = parsed["answer"][kind]
-    assert set(MANAGED[kind]) <= set(real["options"]), set(MANAGED[kind]) - set(real["options"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_managed_options_and_all_their_aliases_come_from_the_real_parser(parsers: dict[str, Any], kind: str) -> None:
+    real = parsers[kind]
+    # One managed list serves both routers: each of its options is an option of sglang-router or of smg.
+    known = (
+        set(real["options"]) if kind == "server" else set(parsers["router"]["options"]) | set(parsers["smg"]["options"])
+    )
+    assert set(MANAGED[kind]) <= known, set(MANAGED[kind]) - known
     for strings in real["aliases"]:
         if set(strings) & set(MANAGED[kind]):
             assert set(strings) <= set(MANAGED[kind]), f"alias missing from the managed list: {strings}"
 
 
-@pytest.mark.parametrize("kind", ["server", "router"])
-def test_every_spelling_argparse_maps_to_a_managed_option_is_refused(parsed: dict[str, Any], kind: str) -> None:
-    options = parsed["answer"][kind]["options"]
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_spelling_argparse_maps_to_a_managed_option_is_refused(parsers: dict[str, Any], kind: str) -> None:
+    options = parsers[kind]["options"]
     checked = 0
     for managed in MANAGED[kind]:
         for end in range(3, len(managed) + 1):
@@ -163,9 +203,9 @@ def test_every_spelling_argparse_maps_to_a_managed_option_is_refused(parsed: dic
     assert checked > 2 * len(MANAGED[kind])
 
 
-@pytest.mark.parametrize("kind", ["server", "router"])
-def test_no_option_the_collection_leaves_alone_is_refused(parsed: dict[str, Any], kind: str) -> None:
-    unmanaged = [o for o in parsed["answer"][kind]["options"] if o.startswith("--") and o not in MANAGED[kind]]
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_option_the_collection_leaves_alone_is_refused(parsers: dict[str, Any], kind: str) -> None:
+    unmanaged = [o for o in parsers[kind]["options"] if o.startswith("--") and o not in MANAGED[kind]]
     assert len(unmanaged) > 50
     refused = [o for o in unmanaged if rules.managed_flag_errors("v", [o], MANAGED[kind])]
     assert refused == []

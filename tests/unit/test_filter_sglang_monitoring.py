@@ -29,6 +29,8 @@ def settings(**overrides):
         "dcgm_exporter_enabled": False,
         "dcgm_exporter_port": 9400,
         "rules_file": "/etc/prometheus/sglang-dsv4.rules.yml",
+        "password_file": "/etc/prometheus/sglang-dsv4-scrape-password",
+        "password_dir": "/etc/prometheus/sglang-dsv4-federation",
         "web": {"username": "prometheus"},
     }
     base.update(overrides)
@@ -111,12 +113,67 @@ def test_federation_keeps_labels_and_secures_what_needs_it():
         {"host": "a", "address": "127.0.0.1", "port": 9090, "listen_address": "127.0.0.1", "web": {}},
         {"host": "b", "address": "198.51.100.5", "port": 9090, "listen_address": "198.51.100.5", "web": web},
     ]
-    config = mon.sglang_federation_config(members, settings())
+    config = mon.sglang_federation_config(members, settings(federation_ca_file="/etc/prometheus/fleet-ca.pem"))
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert all(job["honor_labels"] and job["metrics_path"] == "/federate" for job in jobs.values())
     assert jobs["federate"]["static_configs"][0]["targets"] == ["127.0.0.1:9090"]
-    assert jobs["federate-b"]["basic_auth"] == {"username": "u", "password": "p"}
+    # The password stays in a file of the central host; the CA is the central host's own path.
+    assert jobs["federate-b"]["basic_auth"] == {
+        "username": "u",
+        "password_file": "/etc/prometheus/sglang-dsv4-federation/b",
+    }
+    assert jobs["federate-b"]["tls_config"] == {"ca_file": "/etc/prometheus/fleet-ca.pem"}
     assert jobs["federate-b"]["scheme"] == "https"
+
+
+def test_federation_over_tls_needs_a_ca_file_of_the_central_host():
+    web = {"tls_cert": "/c", "tls_key": "/k", "username": "u", "password": "p", "password_hash": HASH}
+    member = {"host": "b", "address": "198.51.100.5", "port": 9090, "listen_address": "198.51.100.5", "web": web}
+    errors = mon.sglang_federation_errors([member], "central")
+    assert errors and "set sglang_monitoring_federation_ca_file on central" in errors[0]
+    assert mon.sglang_federation_errors([member], "central", "/etc/prometheus/fleet-ca.pem") == []
+
+
+def test_no_scrape_password_is_ever_in_a_config():
+    web = {"tls_cert": "/c", "tls_key": "/k", "username": "u", "password": "pw-s3cr3t", "password_hash": HASH}
+    config = mon.sglang_prometheus_config(UNITS, settings(web=web))
+    members = [{"host": "b", "address": "198.51.100.5", "port": 9090, "listen_address": "198.51.100.5", "web": web}]
+    central = mon.sglang_federation_config(members, settings(federation_ca_file="/ca.pem"))
+    for built in (config, central):
+        assert "pw-s3cr3t" not in str(built)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["node"]["basic_auth"] == {
+        "username": "u",
+        "password_file": "/etc/prometheus/sglang-dsv4-scrape-password",
+    }
+
+
+@pytest.mark.parametrize(
+    ("prometheus", "node_exporter", "node_target", "self_target"),
+    [
+        ("127.0.0.1", "127.0.0.1", "127.0.0.1:9100", "127.0.0.1:9090"),
+        ("0.0.0.0", "127.0.0.1", "127.0.0.1:9100", "127.0.0.1:9090"),  # noqa: S104 - listen addresses
+        ("0.0.0.0", "198.51.100.4", "198.51.100.4:9100", "127.0.0.1:9090"),  # noqa: S104
+        ("198.51.100.4", "0.0.0.0", "127.0.0.1:9100", "198.51.100.4:9090"),  # noqa: S104
+        ("::", "::1", "[::1]:9100", "[::1]:9090"),
+        ("127.0.0.1", "::", "[::1]:9100", "127.0.0.1:9090"),
+        ("localhost", "2001:db8::4", "[2001:db8::4]:9100", "127.0.0.1:9090"),
+    ],
+)
+def test_each_daemon_is_scraped_where_it_listens(prometheus, node_exporter, node_target, self_target):
+    config = mon.sglang_prometheus_config(
+        UNITS, settings(prometheus_listen_address=prometheus, node_exporter_listen_address=node_exporter)
+    )
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["node"]["static_configs"][0]["targets"] == [node_target]
+    assert jobs["prometheus"]["static_configs"][0]["targets"] == [self_target]
+
+
+def test_basic_auth_on_loopback_still_needs_the_password():
+    web = {"tls_cert": "/c", "tls_key": "/k", "username": "u", "password": "", "password_hash": HASH}
+    errors = mon.sglang_monitoring_errors(settings(web=web))
+    assert any("sglang_monitoring_web_password is empty, but TLS and basic authentication are on" in e for e in errors)
+    assert mon.sglang_monitoring_errors(settings(web={**web, "password": "p"})) == []
 
 
 def test_federation_refuses_a_member_that_listens_on_loopback_of_another_machine():

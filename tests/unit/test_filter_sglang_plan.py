@@ -45,3 +45,26 @@ def test_the_table_shows_files_held_outside_the_tags():
     assert any(
         "held (outside --tags): /etc/sglang-dsv4/prefill.env" in line for line in f.sglang_plan_table([plan], ["h"])
     )
+
+
+def test_the_table_says_which_release_each_group_moves_from_and_to():
+    plan = {
+        "empty": False,
+        "releases": [
+            {
+                "group": "router",
+                "id": "b2",
+                "describe": "sglang-router 0.3.2",
+                "ready": True,
+                "running": ["a1"],
+                "running_describe": ["sglang-router 0.3.1"],
+            },
+            {"group": "servers", "id": "s1", "describe": "sglang 0.5.23", "ready": True, "running": ["s1"]},
+            {"group": "servers", "id": "s2", "describe": "sglang 0.5.23", "ready": False, "running": []},
+        ],
+    }
+    lines = " ".join(" ".join(f.sglang_plan_table([plan], ["h"])).split())
+    assert "runtime router: release a1 (sglang-router 0.3.1) -> b2 (sglang-router 0.3.2), built" in lines
+    assert "runtime servers: release none running -> s2 (sglang 0.5.23), to build" in lines
+    # A group that keeps running its release gets no line.
+    assert "-> s1" not in lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -88,7 +89,8 @@ def test_server_gpu_split_and_numa_binding(host, unit, gpus):
 
 def test_router_is_the_real_sglang_router_in_front_of_prefill_and_decode(host):
     props = host.service("sglang-dsv4-router").systemd_properties
-    assert "/opt/sglang/venv/bin/python" in props["ExecStart"]
+    python = re.search(r"argv\[\]=(/opt/sglang/releases/([0-9a-f]{16})/bin/python) ", props["ExecStart"])
+    assert python, props["ExecStart"]
     assert "-m sglang_router.launch_router" in props["ExecStart"]
     assert "--pd-disaggregation" in props["ExecStart"]
     assert "--prefill http://127.0.0.1:32011 32013" in props["ExecStart"]
@@ -97,8 +99,14 @@ def test_router_is_the_real_sglang_router_in_front_of_prefill_and_decode(host):
     assert "/readiness" in props["ExecStartPost"]
     pid = int(props["MainPID"])
     assert host.file(f"/proc/{pid}/comm").content_string.strip() == "sglang::router"
-    assert host.run("/opt/sglang/venv/bin/python -m pip --version").rc == 0
-    assert "sglang-router==0.3.2" in host.check_output("/opt/sglang/venv/bin/python -m pip freeze")
+    # The router's own release: exactly its lock, nothing else (pip and setuptools come with every venv).
+    freeze = host.check_output(f"{python.group(1)} -m pip freeze --all").split()
+    lock = host.check_output(f"cat /opt/sglang/releases/{python.group(2)}/sglang-release.lock")
+    pinned = sorted(line.split()[0].lower() for line in lock.splitlines() if line and not line.startswith("#"))
+    assert sorted(x.lower().replace("_", "-") for x in freeze if not x.startswith(("pip==", "setuptools=="))) == [
+        x.replace("_", "-") for x in pinned
+    ]
+    assert "sglang-router==0.3.2" in pinned
     assert "PartOf" not in props or props["PartOf"] == ""
     assert props["StopPropagatedFrom"] == "sglang-dsv4.target"
 

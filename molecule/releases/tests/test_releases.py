@@ -69,7 +69,7 @@ libs = sorted({line.split()[-1] for line in open(f"/proc/{p}/maps") if native.se
 site = os.path.dirname(os.path.dirname(libs[0]))
 package = os.path.basename(os.path.dirname(libs[0]))
 dist = glob.glob(os.path.join(site, package + "-*.dist-info"))[0]
-version = dist.rsplit("-", 1)[1][: -len(".dist-info")]
+version = dist[: -len(".dist-info")].rsplit("-", 1)[1]
 out["router"] = {"pid": p, "release": site.split("/")[4], "package": package, "version": version}
 for name, port in (("prefill", int(sys.argv[2]) + 1), ("decode", int(sys.argv[2]) + 2)):
     p = pid("sglang-dsv4-" + name)
@@ -240,7 +240,10 @@ def test_a_release_changed_by_hand_is_drift_and_stops_the_plan(host):
         ) in flat(out), flat(out)[-3000:]
         assert "PLAY [Apply" not in text(out) or "skipping: no hosts matched" in text(out)
         after = host_state(host)
-        assert after["files"] == before_state["files"] and after["units"] == before_state["units"]
+        assert after["files"] == before_state["files"]
+        assert {u: (e["pid"], e["invocation"]) for u, e in after["units"].items()} == {
+            u: (e["pid"], e["invocation"]) for u, e in before_state["units"].items()
+        }
     finally:
         host.run(f"rm -rf {site}/dsv4_lab_probe-1.0.dist-info")
     assert no_op(run())
@@ -266,15 +269,27 @@ def status(method, path, key):
 methods = sys.argv[4].split()
 print(json.dumps({p: {m: {who: status(m, p, k) for who, k in keys.items()} for m in methods} for p in routes}))
 """
-# Route-like literals of the running smg's own library (it routes before it authenticates: 404 means no route).
+# Every route-like literal of the running smg's own library, called on the host (smg routes before it authenticates:
+# 404 to everyone means no route); prints the literals that are routes.
 LITERALS = r"""
-import glob, json, re, sys
+import glob, json, re, sys, urllib.error, urllib.request
 data = open(glob.glob(sys.argv[1] + "/lib/python3*/site-packages/smg/smg_rs*.so")[0], "rb").read().decode("latin-1")
 found = set()
 for run in re.findall(r"(?:/[a-z_]+(?:/(?:\{[a-z_]+\}|[a-z_]+))*)+", data):
     starts = [m.start() for m in re.finditer("/", run)]
     found.update(run[a:b] for i, a in enumerate(starts) for b in starts[i + 1 :] + [len(run)] if b - a < 60)
-print(json.dumps(sorted(found)))
+def routed(path):
+    for method in ("GET", "POST", "DELETE"):
+        url = f"http://127.0.0.1:{sys.argv[2]}" + re.sub(r"\{[^}]+\}", "x", path)
+        request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+        try:
+            urllib.request.urlopen(request, timeout=30).close()
+            return True
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                return True
+    return False
+print(json.dumps({"literals": len(found), "routes": sorted(p for p in found if routed(p))}))
 """
 
 
@@ -365,15 +380,13 @@ def test_smg_open_routes_are_read_only(smg_statuses, path):
 
 
 def test_smg_serves_no_route_the_fixture_does_not_name(host, on_smg):
-    literals = json.loads(
-        host.check_output(f"python3 -c {shlex.quote(LITERALS)} {RELEASES}/{on_smg['now']['router']['release']}")
-    )
-    seen = calls(host, literals, ("GET", "POST", "DELETE"))
-    served = {p for p, by_method in seen.items() if any(s != 404 for who in by_method.values() for s in who.values())}
+    release = f"{RELEASES}/{on_smg['now']['router']['release']}"
+    found = json.loads(host.check_output(f"python3 -c {shlex.quote(LITERALS)} {release} {PORT}"))
+    assert found["literals"] > 1000
     known = {route["path"] for route in ALL}
     # A literal inside a templated route ("/v1/tokenizers/status" reaches "/v1/tokenizers/{tokenizer_id}").
     templates = [re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(p)) + "$") for p in known]
-    unknown = sorted(p for p in served if p not in known and not any(t.match(p) for t in templates))
+    unknown = sorted(p for p in found["routes"] if p not in known and not any(t.match(p) for t in templates))
     assert unknown == [], unknown
     gone = calls(host, ROUTES["gone"], ("GET", "POST"))
     assert all(s == 404 for by_method in gone.values() for who in by_method.values() for s in who.values()), gone

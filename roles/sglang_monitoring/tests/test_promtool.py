@@ -105,7 +105,7 @@ def settings(**overrides: object) -> dict:
         for key, value in DEFAULTS.items()
         if not key.startswith(("sglang_monitoring_web_", "sglang_monitoring_alert_"))
     }
-    base.update(host="gpu-01", rules_file="", web={})
+    base.update(host="gpu-01", rules_file="", web={}, password_file="/p", password_dir="/d")  # noqa: S106 - paths
     base.update(overrides)
     return base
 
@@ -134,6 +134,7 @@ def test_secured_and_dcgm_config_passes_promtool(promtool: str, rules: Path, tmp
     assert jobs["node"]["scheme"] == "https" and jobs["node"]["basic_auth"]["username"] == "p"
     assert jobs["dcgm"]["static_configs"][0]["targets"] == ["127.0.0.1:9400"]
     assert jobs["prometheus"]["static_configs"][0]["targets"] == ["127.0.0.1:9090"]
+    assert "pw" not in built["scrape_configs"][2]["basic_auth"].values()
 
 
 def test_central_config_passes_promtool(promtool: str, tmp_path: Path) -> None:
@@ -145,3 +146,14 @@ def test_central_config_passes_promtool(promtool: str, tmp_path: Path) -> None:
     config.write_text(yaml.safe_dump(sglang_federation_config(members, settings())))
     out = run(promtool, "check", "config", str(config))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_task_that_writes_a_scrape_password_hides_it_from_the_log_and_from_diff() -> None:
+    tasks = yaml.safe_load((ROLE / "tasks/install.yml").read_text())
+    writers = [t for t in tasks if "password" in str(t.get("ansible.builtin.copy", {}).get("content", ""))]
+    assert len(writers) == 2, [t["name"] for t in writers]
+    for task in writers:
+        assert task.get("no_log") is True and task.get("diff") is False, task["name"]
+        assert task["ansible.builtin.copy"]["mode"] == "0640" and task["ansible.builtin.copy"]["group"] == "prometheus"
+    # prometheus.yml itself is rendered from the filter, which only ever names password files.
+    assert "password_file" in (ROLE.parents[1] / "plugins/filter/sglang_monitoring.py").read_text()
