@@ -16,21 +16,61 @@ description:
   - C(state=pruned) removes the oldest finished releases beyond O(keep), never one listed in O(protect).
   - The releases folder must be root's, not writable by others and not a link.
 options:
-  state: {description: C(present) or C(pruned)., type: str, choices: [present, pruned], default: present}
-  releases_dir: {description: Folder of the releases., type: path, required: true}
-  id: {description: The release's id (the digest of its lock and options); C(state=present)., type: str}
-  group: {description: What the release runs (C(servers) or C(router)), recorded in its manifest., type: str}
-  lock: {description: The lock file's text (C(name==version --hash=sha256:...) per package)., type: str}
-  pins: {description: Name and version of every package the lock pins (canonical names)., type: dict, default: {}}
-  python: {description: The Python the virtual environment is made from., type: path, default: /usr/bin/python3}
-  no_deps: {description: LAB ONLY. Install the pinned packages without their dependencies., type: bool, default: false}
-  index_url: {description: Package index to install from (pip's own configuration when unset)., type: str}
-  wheelhouse: {description: A folder of wheels on the host; when set, pip installs from it alone., type: path}
-  timeout: {description: Seconds the whole build may take., type: int, default: 1800}
-  modules: {description: Modules the release must import (its entry points)., type: list, elements: str, default: []}
-  keep: {description: How many finished releases pruning keeps (protected ones count)., type: int, default: 3}
-  protect: {description: Release ids pruning never removes., type: list, elements: str, default: []}
-author: [dsv4.sglang maintainers]
+  state:
+    description: C(present) or C(pruned).
+    type: str
+    choices: [present, pruned]
+    default: present
+  releases_dir:
+    description: Folder of the releases.
+    type: path
+    required: true
+  id:
+    description: The release's id (the digest of its lock and options), for C(state=present).
+    type: str
+  group:
+    description: What the release runs, C(servers) or C(router); recorded in its manifest.
+    type: str
+  lock:
+    description: The lock file's text (C(name==version --hash=sha256:...) per package).
+    type: str
+  pins:
+    description: Name and version of every package the lock pins (canonical names).
+    type: dict
+    default: {}
+  python:
+    description: The Python the virtual environment is made from.
+    type: path
+    default: /usr/bin/python3
+  no_deps:
+    description: LAB ONLY. Install the pinned packages without their dependencies.
+    type: bool
+    default: false
+  index_url:
+    description: Package index to install from (pip's own configuration when unset).
+    type: str
+  wheelhouse:
+    description: A folder of wheels on the host; when set, pip installs from it alone.
+    type: path
+  timeout:
+    description: Seconds the whole build may take.
+    type: int
+    default: 1800
+  modules:
+    description: Modules the release must import (its entry points).
+    type: list
+    elements: str
+    default: []
+  keep:
+    description: How many finished releases pruning keeps (protected ones count).
+    type: int
+    default: 3
+  protect:
+    description: Release ids pruning never removes.
+    type: list
+    elements: str
+    default: []
+author: dsv4 deployment team (@dsv4)
 """
 
 EXAMPLES = r"""

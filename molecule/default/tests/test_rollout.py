@@ -105,7 +105,8 @@ def test_tag_genconfig_changes_the_file_and_still_restarts_both_servers(host):
 
 
 def test_tag_services_changes_only_settings_and_restarts_what_they_feed(host):
-    env = {"sglang_services_environment": {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0", "X": "1"}}
+    lab = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
+    env = {"sglang_services_environment": {**lab, "X": "1"}}
     before = main_pids(host)
     out = deploy("--tags", "services", "-e", json.dumps(env))
     assert out.returncode == 0, out.stdout[-3000:]

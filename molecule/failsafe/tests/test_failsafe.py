@@ -26,7 +26,7 @@ LOCK = "/run/sglang-dsv4-deploy"
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 GENCONFIG = f"{MODEL}/generation_config.json"
 ROUTER = "http://127.0.0.1:26010"
-LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
+LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
 FAULTS = {
     "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
     "ANSIBLE_CALLBACKS_ENABLED": "lab_fault",

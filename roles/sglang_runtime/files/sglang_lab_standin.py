@@ -12,6 +12,11 @@ The router in front of it is the real sglang-router 0.3.2 (it runs without a GPU
 everything that router asks of a worker (/health, /get_model_info, /get_server_info, /v1/models and the
 requests it forwards with bootstrap fields).
 
+Under load and at stop it behaves as SGLang 0.5.23 does (the lines it imitates are named where it does so):
+answers take SGLANG_LAB_TOKEN_SECONDS per generated token on a decode (or plain) server, streamed as
+server-sent events when asked; the model load at start takes SGLANG_LAB_STARTUP_SECONDS; with
+--max-running-requests N the N+1st request waits in the queue; on SIGTERM it drains as SGLang does.
+
 Standard library only, so it runs on a bare Debian host.
 """
 
@@ -26,6 +31,7 @@ import math
 import os
 import random
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -293,6 +299,7 @@ class Metrics:
         }
         self.lock = threading.Lock()
         self.running = 0
+        self.queued = 0
         self.values: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         self.window: list[tuple[float, int]] = []
 
@@ -315,9 +322,17 @@ class Metrics:
             counts = [c + (1 if value <= bound else 0) for c, bound in zip(counts, buckets, strict=True)]
             self.values[key] = (counts, total + value, count + 1)
 
+    def waiting(self, delta: int) -> None:
+        with self.lock:
+            self.queued += delta
+
     def started(self) -> None:
         with self.lock:
             self.running += 1
+
+    def in_flight(self) -> int:
+        with self.lock:
+            return self.running + self.queued
 
     def transferred(self, prompt_tokens: int, seconds: float) -> None:
         """A prefill server's KV transfer of one request (SGLang observes these on the prefill side)."""
@@ -344,11 +359,11 @@ class Metrics:
         now = time.time()
         with self.lock:
             recent = sum(n for t, n in self.window if now - t < 10)
-            running = self.running
+            running, queued = self.running, self.queued
         used = min(running * 512, LAB_MAX_TOTAL_TOKENS)
         return {
             "sglang:num_running_reqs": running,
-            "sglang:num_queue_reqs": 0,
+            "sglang:num_queue_reqs": queued,
             "sglang:gen_throughput": recent / 10.0,
             "sglang:cache_hit_rate": 0.0,
             "sglang:token_usage": used / LAB_MAX_TOTAL_TOKENS,
@@ -399,6 +414,21 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     def _send(self, status: int, body: Any = None, content_type: str = "application/json") -> None:
+        if isinstance(body, Stream):
+            # Server-sent events, delimited by the connection's end (HTTP/1.0), one event per token.
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            try:
+                for event in body:
+                    self.wfile.write(event)
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                log.info("client went away during a stream")
+            finally:
+                body.close()
+            return
         data = b"" if body is None else body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -442,6 +472,20 @@ class Handler(BaseHTTPRequestHandler):
 
 Reply = tuple[int, Any, str]
 JSON = "application/json"
+EVENTS = "text/event-stream"
+
+
+class Stream:
+    """A streamed reply: its events as bytes, and what to do when it ends (or the client leaves)."""
+
+    def __init__(self, events: Any, on_close: Any) -> None:
+        self.events, self.on_close = events, on_close
+
+    def __iter__(self) -> Any:
+        return iter(self.events)
+
+    def close(self) -> None:
+        self.on_close()
 
 
 def _not_found() -> Reply:
@@ -465,7 +509,13 @@ class ServerApp(App):
         self.argv = argv
         self.served_model_name = args.served_model_name or args.model_path
         self.ready = False
+        # SIGTERM sets it (SGLang: SignalHandler.sigterm_handler sets tokenizer_manager.gracefully_exit).
+        self.draining = False
         self.started = time.time()
+        # Decode (and plain) servers make one token per this many seconds; prefill computes the prompt at once.
+        self.token_seconds = float(os.environ.get("SGLANG_LAB_TOKEN_SECONDS", "0") or 0)
+        limit = args.max_running_requests
+        self.slots = threading.BoundedSemaphore(limit) if limit else None
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
         self.metrics = Metrics(self.served_model_name, engine_type)
         self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults)
@@ -487,7 +537,7 @@ class ServerApp(App):
 
     def handle(self, method: str, path: str, body: dict[str, Any]) -> Reply:
         gets = {
-            "/ready": lambda: (200 if self.ready else 503, None, JSON),
+            "/ready": self._health,
             "/health": self._health,
             "/health_generate": self._health,
             "/server_info": lambda: (200, self.server_info(), JSON),
@@ -505,6 +555,11 @@ class ServerApp(App):
         return _not_found()
 
     def _health(self) -> Reply:
+        # 503 while loading and while draining (sglang 0.5.23 srt/entrypoints/http_server.py, health_generate:
+        # "if _global_state.tokenizer_manager.gracefully_exit: ... return Response(status_code=503)").
+        if self.draining:
+            log.info("Health check request received during shutdown. Returning 503.")
+            return 503, None, JSON
         return (200, None, JSON) if self.ready else (503, None, JSON)
 
     def _model_info(self) -> Reply:
@@ -546,20 +601,63 @@ class ServerApp(App):
             return _not_found()
         return 200, self.metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8"
 
+    def _admit(self) -> None:
+        """Wait for a running slot (--max-running-requests): the request counts as queued meanwhile. New requests
+        are admitted during a drain too (SGLang keeps serving while gracefully_exit is set)."""
+        if self.slots is not None:
+            self.metrics.waiting(1)
+            self.slots.acquire()
+            self.metrics.waiting(-1)
+        self.metrics.started()
+
+    def _release(self, began: float, first: float, prompt_tokens: int, produced: int) -> None:
+        ended = time.monotonic()
+        self.metrics.finished(prompt_tokens, produced, first - began, ended - began)
+        if self.args.disaggregation_mode == "prefill":
+            self.metrics.transferred(prompt_tokens, ended - began)
+        if self.slots is not None:
+            self.slots.release()
+
+    def _pace(self) -> float:
+        """Seconds per generated token: decode and plain servers generate, prefill only computes the prompt."""
+        return 0.0 if self.args.disaggregation_mode == "prefill" else self.token_seconds
+
     def _run(self, prompt: str, params: dict[str, Any], body: dict[str, Any]) -> tuple[str, str, dict[str, int]]:
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
         began = time.monotonic()
-        self.metrics.started()
+        self._admit()
         text, finish, produced = generate(prompt, params, max_tokens, body.get("seed"))
-        ended = time.monotonic()
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": produced}
         usage["total_tokens"] = usage["prompt_tokens"] + produced
-        # The toy sampler makes every token in one go: the first token is taken to arrive after 1/produced.
-        elapsed = ended - began
-        self.metrics.finished(usage["prompt_tokens"], produced, elapsed / max(produced, 1), elapsed)
-        if self.args.disaggregation_mode == "prefill":
-            self.metrics.transferred(usage["prompt_tokens"], elapsed)
+        pace = self._pace()
+        time.sleep(pace * produced)
+        # Without a pace the toy sampler makes every token in one go: the first is taken to arrive after 1/produced.
+        first = began + (pace if pace else (time.monotonic() - began) / max(produced, 1))
+        self._release(began, first, usage["prompt_tokens"], produced)
         return text, finish, usage
+
+    def _stream(self, prompt: str, params: dict[str, Any], body: dict[str, Any], chunk: Any) -> Stream:
+        """A streamed answer: one event per token, then the finish and [DONE] (OpenAI's chunk format)."""
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
+        began = time.monotonic()
+        self._admit()
+        text, finish, _produced = generate(prompt, params, max_tokens, body.get("seed"))
+        words = text.split()
+        state: dict[str, Any] = {"first": None, "sent": 0}
+
+        def events() -> Any:
+            for index, word in enumerate(words):
+                time.sleep(self._pace())
+                state["first"] = state["first"] or time.monotonic()
+                state["sent"] = index + 1
+                yield _event(chunk(word if index == 0 else " " + word, None))
+            yield _event(chunk("", finish))
+            yield b"data: [DONE]\n\n"
+
+        def closed() -> None:
+            self._release(began, state["first"] or time.monotonic(), len(prompt.split()), state["sent"])
+
+        return Stream(events(), closed)
 
     def _extension(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         return {
@@ -579,6 +677,20 @@ class ServerApp(App):
             )
         params = resolve_chat_sampling(body, self.model_defaults)
         prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        if body.get("stream"):
+            rid, model = secrets.token_hex(16), body.get("model") or self.served_model_name
+
+            def chunk(content: str, finish: str | None) -> dict[str, Any]:
+                delta = {"content": content} if content or finish is None else {}
+                return {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
+
+            return 200, self._stream(prompt, params, body, chunk), EVENTS
         text, finish, usage = self._run(prompt, params, body)
         return (
             200,
@@ -615,6 +727,10 @@ class ServerApp(App):
             },
             JSON,
         )
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
 def _pairs(tokens: list[str]) -> dict[str, Any]:
@@ -711,11 +827,34 @@ def main(argv: list[str] | None = None) -> int:
         # Model loading takes minutes on the GPU host; the lab keeps a short, visible 503 window.
         delay = float(os.environ.get("SGLANG_LAB_STARTUP_SECONDS", "1"))
         threading.Thread(target=_become_ready, args=(app, delay), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda signum, frame: _sigterm(app, httpd))
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _sigterm(app: ServerApp, httpd: ThreadingHTTPServer) -> None:
+    """SGLang 0.5.23's SIGTERM (srt/managers/tokenizer_manager.py, SignalHandler.sigterm_handler and
+    TokenizerManager.sigterm_watchdog): mark the server as exiting (health answers 503, new requests are still
+    accepted), look every 5 s (SGLANG_LAB_DRAIN_POLL_SECONDS) until no request is left, then exit; no bound
+    of its own (the unit's TimeoutStopSec is the only one); SGL_FORCE_SHUTDOWN=1 exits at once."""
+    log.warning("SIGTERM received. Draining requests and shutting down...")
+    app.draining = True
+    poll = float(os.environ.get("SGLANG_LAB_DRAIN_POLL_SECONDS", "5") or 5)
+
+    def watchdog() -> None:
+        time.sleep(poll)  # sigterm_watchdog: "while not self.gracefully_exit: await asyncio.sleep(5)"
+        while os.environ.get("SGL_FORCE_SHUTDOWN") != "1":
+            remaining = app.metrics.in_flight()
+            log.info("Gracefully exiting... Remaining number of requests %d.", remaining)
+            if remaining == 0:
+                break
+            time.sleep(poll)
+        httpd.shutdown()
+
+    threading.Thread(target=watchdog, daemon=True).start()
 
 
 class BootstrapHandler(BaseHTTPRequestHandler):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -58,7 +60,12 @@ class Proc:
             [*(program or [sys.executable, str(STANDIN)]), *args],
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "SGLANG_LAB_STARTUP_SECONDS": "0.3", **(env or {})},
+            env={
+                **os.environ,
+                "SGLANG_LAB_STARTUP_SECONDS": "0.3",
+                "SGLANG_LAB_DRAIN_POLL_SECONDS": "0.2",
+                **(env or {}),
+            },
         )
 
     def stop(self) -> str:
@@ -297,3 +304,115 @@ def test_metric_labels_are_checked_against_the_table():
     assert 'sglang:inter_token_latency_seconds_bucket{model_name="m",engine_type="decode",le="0.004"} 0.0' in text
     assert 'sglang:inter_token_latency_seconds_bucket{model_name="m",engine_type="decode",le="0.006"} 1.0' in text
     assert "# TYPE sglang:num_running_reqs gauge" in text
+
+
+# --- under load and at stop -------------------------------------------------------------------------------
+
+
+def stream(url: str, tokens: int = 40, key: str | None = None) -> tuple[int, list[str], float]:
+    """A streamed chat: (status, the data lines, seconds it took)."""
+    body = {"model": "dsv4", "messages": [{"role": "user", "content": "hello"}], "max_tokens": tokens, "stream": True}
+    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode())
+    request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    began = time.monotonic()
+    with urllib.request.urlopen(request, timeout=60) as response:
+        lines = [line.decode().strip() for line in response if line.strip()]
+        return response.status, lines, time.monotonic() - began
+
+
+def decode_server(model: Path, *extra: str, env: dict | None = None) -> tuple[str, Proc]:
+    port = free_port()
+    proc = Proc(
+        "server",
+        "--model-path",
+        str(model),
+        "--port",
+        str(port),
+        "--disaggregation-mode",
+        "decode",
+        "--enable-metrics",
+        *extra,
+        env={"SGLANG_LAB_TOKEN_SECONDS": "0.05", **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_status(url + "/health", 200)
+    return url, proc
+
+
+def gauge(url: str, name: str) -> float:
+    text = call(url + "/metrics")[1]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_a_stream_is_one_event_per_token_paced_and_ends_with_done(model):
+    url, proc = decode_server(model)
+    try:
+        status, lines, seconds = stream(url, tokens=20)
+        assert status == 200 and lines[-1] == "data: [DONE]"
+        chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+        assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+        assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+        words = [c["choices"][0]["delta"].get("content", "") for c in chunks[:-1]]
+        assert len(words) >= 1 and seconds >= 0.05 * len(words) * 0.9
+    finally:
+        proc.stop()
+
+
+def test_sigterm_drains_like_sglang_health_503_new_requests_served_exit_when_idle(model):
+    url, proc = decode_server(model)
+    results: dict = {}
+    reader = threading.Thread(target=lambda: results.update(first=stream(url, tokens=40)))
+    reader.start()
+    time.sleep(0.4)
+    proc.popen.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    assert call(url + "/health")[0] == 503 and call(url + "/health_generate")[0] == 503
+    assert call(url + "/ready")[0] == 503
+    # Still accepted while draining (SGLang does not refuse new requests when gracefully_exit is set).
+    late = call(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})
+    assert late[0] == 200
+    assert proc.popen.poll() is None
+    reader.join(timeout=30)
+    status, lines, _seconds = results["first"]
+    assert status == 200 and lines[-1] == "data: [DONE]"
+    assert proc.popen.wait(timeout=10) == 0
+    assert "Gracefully exiting... Remaining number of requests 1." in proc.popen.communicate()[1]
+
+
+def test_sgl_force_shutdown_exits_without_waiting(model):
+    url, proc = decode_server(model, env={"SGL_FORCE_SHUTDOWN": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "0.1"})
+    reader = threading.Thread(target=lambda: stream(url, tokens=200), daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    proc.popen.send_signal(signal.SIGTERM)
+    assert proc.popen.wait(timeout=5) == 0
+
+
+def test_max_running_requests_queues_the_rest(model):
+    url, proc = decode_server(model, "--max-running-requests", "1")
+    try:
+        readers = [threading.Thread(target=stream, args=(url, 30)), threading.Thread(target=stream, args=(url, 30))]
+        for reader in readers:
+            reader.start()
+        time.sleep(0.5)
+        assert (gauge(url, "sglang:num_running_reqs"), gauge(url, "sglang:num_queue_reqs")) == (1, 1)
+        for reader in readers:
+            reader.join(timeout=30)
+        assert (gauge(url, "sglang:num_running_reqs"), gauge(url, "sglang:num_queue_reqs")) == (0, 0)
+    finally:
+        proc.stop()
+
+
+def test_a_stream_through_the_real_router_arrives_whole(stack):
+    urls, _procs = stack
+    wait_status(urls["router"] + "/readiness", 200, timeout=30)
+    status, lines, _seconds = stream(urls["router"], tokens=16)
+    assert status == 200 and lines[-1] == "data: [DONE]", lines[-3:]
+
+
+def test_the_prefill_bootstrap_port_answers_health(stack):
+    urls, _procs = stack
+    wait_status(urls["prefill"] + "/health", 200)
+    assert call(urls["bootstrap"] + "/health") == (200, "OK")
