@@ -46,6 +46,15 @@ def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str
             lines.append(f"{'':<20} {'':<8} {'':>5}  {line}")
         for path in plan.get("files", []):
             lines.append(f"{'':<20} {'':<8} {'':>5}  changes {path}")
+        drain = plan.get("drain") or {}
+        if restart.get("servers") or restart.get("router"):
+            if drain.get("enabled"):
+                lines.append(
+                    f"{'':<20} {'':<8} {'':>5}  drain before the restart: out of rotation, {drain['notice']} s for the"
+                    f" balancer, in-flight work to zero within {drain['timeout']} s (then: {drain['on_timeout']})"
+                )
+            else:
+                lines.append(f"{'':<20} {'':<8} {'':>5}  no drain before the restart (sglang_services_drain=false)")
         for item in plan.get("other", []):
             lines.append(f"{'':<20} {'':<8} {'':>5}  {item}")
         for path in plan.get("held", []):

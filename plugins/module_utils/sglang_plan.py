@@ -93,6 +93,8 @@ def decide(
         for path in details.get(name, {}).get("held_inputs", [])
     )
     other = [f"create user {user}" for user in missing_users] + [f"enable {unit}" for unit in disabled_units]
+    if facts.get("undrain"):
+        other.append("put the router's workers back into rotation (an earlier run's drain did not end)")
     return {
         "files": sorted(changes),
         "other": sorted(other),
@@ -100,6 +102,7 @@ def decide(
         "disabled_units": disabled_units,
         "held": sorted(facts.get("held", [])),
         "held_conflicts": held_conflicts,
+        "undrain": bool(facts.get("undrain")),
         # Releases to build before the batches (the build play), by id.
         "build": sorted(facts.get("build", [])),
         "restart": restart,

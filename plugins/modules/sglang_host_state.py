@@ -52,6 +52,10 @@ options:
     description: The rollout lock folder.
     type: path
     required: true
+  drain_state:
+    description: Where a drain keeps the router's workers it removed; when it exists, an earlier run's drain is
+      pending and the plan puts the workers back (C(plan.undrain)).
+    type: path
   against:
     description:
       - C(desired) (the plan, and the apply's read under the lock) compares each service's start record with the
@@ -453,6 +457,7 @@ def main() -> None:
             "releases": {"type": "list", "elements": "dict", "default": []},
             "record_dir": {"type": "path", "required": True},
             "lock_path": {"type": "path", "required": True},
+            "drain_state": {"type": "path", "default": None},
             "against": {"type": "str", "choices": ["desired", "disk"], "default": "desired"},
             "apply_roles": {"type": "list", "elements": "str", "default": None},
             "proof": {"type": "bool", "default": True},
@@ -537,6 +542,8 @@ def main() -> None:
         "disabled_units": disabled,
         "held": sorted(held),
         "build": [r["id"] for r in releases if not r["ready"]],
+        # A drain that an earlier run began and did not end: the host is out of rotation.
+        "undrain": bool(params["drain_state"]) and os.path.lexists(params["drain_state"]),
     }
     # The plan's light proof, carried into the apply's reads under the lock, still asks for its repair.
     carried = {group: list(params["proof_failures"].get(group) or []) for group in ("servers", "router")}
