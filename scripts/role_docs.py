@@ -26,6 +26,7 @@ ROLE_ORDER = (
     "sglang_rollout",
     "sglang_monitoring",
     "lab_hosts",
+    "lab_balancer",
 )
 
 

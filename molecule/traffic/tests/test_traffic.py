@@ -1,0 +1,122 @@
+"""A rollout under live traffic loses nothing: four lab hosts behind the lab balancer, a steady stream of streaming
+chat requests through it, and a sampling change rolled across the four, one host at a time, with the drain.
+
+Judged from the client's side (every answer counted by bench/loadgen.py: non-2xx, cut streams, refused
+connections), from the balancer's (its own counters: each router went out of rotation and came back) and from
+each host (prefill and decode restarted onto the new defaults, the router did not).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import testinfra
+
+from conftest import ROOT, deploy, host_state, lab_secret, text
+
+HOSTS = ("dsv4-traf-1", "dsv4-traf-2", "dsv4-traf-3", "dsv4-traf-4")
+BALANCER = 25000
+SOCKET = "/var/lib/sglang-dsv4-lab/balancer/traffic.sock"
+RATE = 20
+
+
+def balancer_stats() -> dict[str, dict[str, str]]:
+    """HAProxy's own counters per router (its runtime socket's `show stat`)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(SOCKET)
+        sock.sendall(b"show stat\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
+    return {row["svname"]: row for row in rows if row["pxname"] == "routers" and row["svname"] in HOSTS}
+
+
+def lab_host(name: str):
+    inventory = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
+    return testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory)
+
+
+def load(seconds: float) -> subprocess.Popen:
+    key = lab_secret("sglang_services_api_key")
+    argv = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER), "--key", key]
+    argv += ["--rate", str(RATE), "--seconds", str(seconds)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def tally(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def rollout():
+    hosts = {name: lab_host(name) for name in HOSTS}
+    before = {name: host_state(h) for name, h in hosts.items()}
+    stats = balancer_stats()
+    client = load(900)
+    time.sleep(3)
+    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65}))
+    # The last host back in rotation gets traffic again before the load stops.
+    time.sleep(3)
+    client.send_signal(signal.SIGTERM)
+    counted = tally(client)
+    yield {
+        "out": out,
+        "tally": counted,
+        "before": before,
+        "after": {name: host_state(h) for name, h in hosts.items()},
+        "stats": (stats, balancer_stats()),
+    }
+    back = deploy()
+    assert back.returncode == 0, text(back)[-3000:]
+
+
+def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
+    counted = tally(load(5))
+    assert counted["lost"] == 0 and counted["ok"] >= 4 * RATE, counted
+    stats = balancer_stats()
+    assert set(stats) == set(HOSTS) and all(row["status"] == "UP" for row in stats.values()), stats
+
+
+def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
+    assert rollout["out"].returncode == 0, text(rollout["out"])[-4000:]
+    counted = rollout["tally"]
+    assert counted["ok"] >= 100, counted
+    assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_the_balancer_took_each_router_out_and_back(rollout, name):
+    before, after = (stats[name] for stats in rollout["stats"])
+    assert int(after["chkdown"]) > int(before["chkdown"]), (before["chkdown"], after["chkdown"])
+    assert after["status"] == "UP"
+    assert int(after["stot"]) > int(before["stot"])
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_each_host_restarted_prefill_and_decode_onto_the_new_defaults_and_kept_its_router(rollout, name):
+    before, after = rollout["before"][name]["units"], rollout["after"][name]["units"]
+    for unit in ("prefill", "decode"):
+        assert after[unit]["pid"] != before[unit]["pid"]
+        assert (after[unit]["logged"] or {}).get("temperature") == 0.65
+    assert after["router"]["pid"] == before["router"]["pid"]
+
+
+def test_every_host_was_drained_and_put_back_one_at_a_time(rollout):
+    output = text(rollout["out"])
+    drained = output.count("TASK [dsv4.sglang.sglang_services : Take the host out of rotation")
+    drained += output.count("RUNNING HANDLER [dsv4.sglang.sglang_services : Take the host out of rotation")
+    assert drained == len(HOSTS)
+    assert output.count("changed: [dsv4-traf-") >= len(HOSTS)
+    for name in HOSTS:
+        assert not lab_host(name).file("/run/sglang-dsv4/drain.json").exists
