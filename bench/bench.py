@@ -8,6 +8,9 @@ with --limit) and on all N:
   no-op            ansible-playbook deploy.yml with nothing to do (plan and light proof only)
   sampling change  deploy.yml with a new temperature (all N at once: -e sglang_rollout_batch=N)
   article's way    the source article's manual fix (ssh, heredoc, systemctl restart), for comparison
+  under load       a sampling change rolled over all N hosts one at a time (batch 1) while bench/loadgen.py sends
+                   streaming chat requests through the lab balancer (HAProxy), with the drain on and off:
+                   requests answered, refused and cut mid-stream
 Wall times are medians over the runs; ratios are of medians measured in this one run of the script. Restarts
 are counted from the hosts' journals. Everything runs on loopback; the hosts are removed at the end.
 """
@@ -19,6 +22,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,8 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PREFIX = "dsv4-bench"
-SSH_PORT_BASE = 2600
-SERVICE_PORT_BASE = 27000
+# Ports of their own: the bench may run beside the molecule scenarios.
+SSH_PORT_BASE = 3000
+SERVICE_PORT_BASE = 23000
+BALANCER_PORT = 23000
+LOAD_RATE = 20
 KEY = "/var/lib/sglang-dsv4-lab/id_ed25519"
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
@@ -167,6 +174,50 @@ def measure(hosts: int, runs: int, inventory: Path) -> dict:
     return samples
 
 
+def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[dict]:
+    """A rollout over every host, one at a time, under steady streaming load through the balancer: drain on, off."""
+    inventories = ["-i", "inventories/lab", "-i", str(inventory)]
+    paced = {"sglang_lab_token_seconds": 0.02}
+    deploy(inventory, hosts, paced)
+    run(
+        [
+            str(BIN / "ansible-playbook"),
+            *inventories,
+            "bench/balancer.yml",
+            "-e",
+            f"bench_balancer_port={BALANCER_PORT}",
+        ]
+    )
+    key = lab_key()
+    results = []
+    try:
+        for drain, temperature in zip((True, False), temperatures, strict=True):
+            loadgen = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER_PORT), "--key", key]
+            client = subprocess.Popen(
+                [*loadgen, "--rate", str(LOAD_RATE), "--seconds", "3600"], stdout=subprocess.PIPE, text=True
+            )
+            time.sleep(3)
+            mark = second_boundary()
+            extra = {**paced, "sglang_genconfig_temperature": temperature, "sglang_rollout_batch": 1}
+            seconds, _changed = deploy(inventory, hosts, {**extra, "sglang_services_drain": drain})
+            time.sleep(3)
+            client.send_signal(signal.SIGTERM)
+            tally = json.loads(client.communicate(timeout=600)[0].strip().splitlines()[-1])
+            results.append({"drain": drain, "seconds": seconds, "tally": tally, "starts": starts_since(hosts, mark)})
+            print(f"under load, drain {'on' if drain else 'off'}: {seconds:.1f}s {tally}", flush=True)
+    finally:
+        stop = ["-e", "bench_balancer_state=absent", "-e", f"bench_balancer_port={BALANCER_PORT}"]
+        run([str(BIN / "ansible-playbook"), *inventories, "bench/balancer.yml", *stop], check=False)
+    return results
+
+
+def lab_key() -> str:
+    sys.path.insert(0, str(ROOT / "molecule/shared"))
+    from labtools import lab_secret
+
+    return lab_secret("sglang_services_api_key")
+
+
 def median(samples: dict, name: str) -> float:
     return statistics.median(s["seconds"] for s in samples[name])
 
@@ -176,6 +227,32 @@ def starts(samples: dict, name: str) -> str:
     if not values:
         return ""
     return ", ".join(f"{u} {statistics.median(v[u] for v in values):g}" for u in ("prefill", "decode", "router"))
+
+
+def load_report(results: list[dict], hosts: int) -> str:
+    rows = [
+        "| drain | rollout wall time | answered | non-2xx | cut mid-stream | refused | lost | starts |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        t = r["tally"]
+        starts = ", ".join(f"{u} {r['starts'][u]}" for u in ("prefill", "decode", "router"))
+        rows.append(
+            f"| {'on' if r['drain'] else 'off'} | {r['seconds']:.1f} s | {t['ok']} | {t['non_2xx']} | {t['truncated']}"
+            f" | {t['failed']} | {t['lost']} of {t['sent']} | {starts} |"
+        )
+    return f"""
+## Under load: a rollout over {hosts} hosts, one at a time, at {LOAD_RATE} streaming requests per second
+
+`bench/loadgen.py` sent streaming chat requests (32 tokens, 20 ms each on the decode server) through the lab
+balancer (HAProxy checking each router's `/readiness` every 500 ms, `roles/lab_balancer`) for the whole rollout of
+a sampling change, host by host. With the drain, each host leaves the rotation, finishes what it holds, restarts
+and comes back before the next; without it, the router keeps sending to servers that are stopping: SGLang (and
+the stand-in) still takes new requests while it drains, so under steady load a stopping server never becomes
+idle, systemd kills it after TimeoutStopSec (120 s) and the streams it was serving are cut. One run each.
+
+{chr(10).join(rows)}
+"""
 
 
 def report(samples: dict, hosts: int, runs: int, command: str) -> str:
@@ -245,10 +322,13 @@ def main(argv: list[str]) -> int:
         lab(args.hosts, "present", inventory)
         try:
             samples = measure(args.hosts, args.runs, inventory)
+            loaded = under_load(args.hosts, inventory, [0.7, 0.65]) if args.hosts > 1 else []
         finally:
             lab(args.hosts, "absent", inventory)
     command = "make bench" if argv == [] else f".venv/bin/python bench/bench.py {' '.join(argv)}"
-    args.output.write_text(report(samples, args.hosts, args.runs, command))
+    args.output.write_text(
+        report(samples, args.hosts, args.runs, command) + (load_report(loaded, args.hosts) if loaded else "")
+    )
     print(args.output.read_text())
     return 0
 

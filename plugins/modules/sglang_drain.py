@@ -171,15 +171,16 @@ def drain(module: AnsibleModule) -> None:
     started = time.monotonic()
     router, key = p["router_url"].rstrip("/"), p["admin_key"]
     saved = load_state(p["state_file"])
-    status, body = call(f"{router}/workers", key=key)
-    if status != 200:
-        module.fail_json(
-            msg=f"the router's control plane at {router}/workers answered {status or 'nothing'} to the admin key"
-        )
-    listed = json.loads(body or b"{}").get("workers") or []
     if saved is None and readiness(router) != 200:
         # Not in rotation now (a first start, a router that does not run): nothing to take out.
         module.exit_json(changed=False, drained=True, timed_out=False, in_flight=0, seconds=0.0, workers=[])
+    status, body = call(f"{router}/workers", key=key)
+    if status != 200 and saved is None:
+        module.fail_json(
+            msg=f"the router's control plane at {router}/workers answered {status or 'nothing'} to the admin key"
+        )
+    # With a drain pending and the router down, there is nothing left to remove.
+    listed = (json.loads(body or b"{}").get("workers") or []) if status == 200 else []
     # A drain left by a rollback's first attempt or a run that died: keep the workers it saved.
     workers = (
         saved

@@ -18,7 +18,7 @@ import yaml
 from conftest import ROOT, deploy, flat, host_state, lab_secret, recap, runs_from_disk, text
 
 HOST = "dsv4-rel-1"
-PORT = 27010
+PORT = 24010
 RELEASES = "/opt/sglang/releases"
 LOCKS = "/var/cache/sglang-dsv4/lab-wheelhouse/locks"
 ROUTER_031 = {"sglang_runtime_router_lock": f"{LOCKS}/sglang-router-0.3.1.txt"}
