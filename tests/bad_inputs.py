@@ -24,8 +24,20 @@ def alias(index: int) -> str:
     return f"bad-{index:03d}"
 
 
+def _rooted(value: Any) -> Any:
+    """Case values may name files of the repository as @ROOT@/...: the playbook runs from an installed collection,
+    so no Ansible variable points at the clone."""
+    if isinstance(value, str):
+        return value.replace("@ROOT@", str(ROOT))
+    if isinstance(value, dict):
+        return {k: _rooted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rooted(v) for v in value]
+    return value
+
+
 def write_inventory(path: Path, group: str, cases: list[dict[str, Any]], base: dict[str, Any]) -> None:
-    hosts = {alias(i): {**base, **case["vars"]} for i, case in enumerate(cases)}
+    hosts = {alias(i): {**base, **_rooted(case["vars"])} for i, case in enumerate(cases)}
     path.write_text(yaml.safe_dump({group: {"hosts": hosts}}, allow_unicode=True))
 
 
