@@ -45,6 +45,9 @@ case ${1:-} in
     "$0" build
     extra=()
     [[ -z ${NEWEST_CONTROLLER_BIND:-} ]] || extra=(--bind-ro="$NEWEST_CONTROLLER_BIND")
+    # The lab's locks are read on the controller (sglang_runtime_server_lock in the lab settings).
+    wheelhouse=/var/cache/sglang-dsv4/lab-wheelhouse
+    [[ ! -d $wheelhouse ]] || extra+=(--bind-ro="$wheelhouse")
     # Shares this machine's network (the lab hosts listen on loopback); sees the checkout and the lab's key.
     exec systemd-nspawn --quiet --register=no --keep-unit --directory="$tree" --bind="$repo" \
       --bind-ro=/var/lib/sglang-dsv4-lab "${extra[@]}" --chdir="$repo" \
