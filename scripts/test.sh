@@ -43,7 +43,7 @@ collection() {
 
 # The scenarios run in two lanes side by side (each scenario's lab hosts have their own names and ports, and the
 # lab caches are built once, under a lock), about evenly long; every scenario must be in exactly one lane.
-LANES=("default fleet monitoring traffic" "failsafe drift releases")
+LANES=("default fleet monitoring traffic releases" "failsafe drift")
 run_molecule() {
   echo "== molecule"
   local scenario lane listed=" ${LANES[*]} " logs pids=() failed=0
