@@ -197,7 +197,8 @@ def drain(module: AnsibleModule) -> None:
         status, _unused = call(f"{router}/workers/{worker['id']}", method="DELETE", key=key)
         if status not in (200, 202, 204, 404):
             module.fail_json(msg=f"the router refused to remove worker {worker.get('url')} ({status})")
-    if not wait_for(lambda: readiness(router) == 503, 30):
+    # Out of rotation once /readiness is anything but 200 (503, or no answer from a router that does not run).
+    if not wait_for(lambda: readiness(router) != 200, 30):
         module.fail_json(
             msg=f"{router}/readiness still answers {readiness(router)} 30 s after its workers were removed"
         )
