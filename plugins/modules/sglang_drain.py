@@ -111,6 +111,8 @@ IN_FLIGHT = (
     "sglang:num_decode_transfer_queue_reqs",
 )
 POLL = 0.5
+# How long a registration may stay queued before restore sends it again.
+RESEND = 5.0
 
 
 def call(url: str, method: str = "GET", key: str = "", body: dict | None = None) -> tuple[int, bytes]:
@@ -144,6 +146,17 @@ def in_flight(urls: list[str]) -> int:
     return int(total)
 
 
+def listed_workers(router: str, key: str) -> list[dict] | None:
+    """The router's workers, or None when its control plane does not answer (a router that does not run)."""
+    status, body = call(f"{router}/workers", key=key)
+    return (json.loads(body or b"{}").get("workers") or []) if status == 200 else None
+
+
+def saved_form(worker: dict) -> dict:
+    """What POST /workers takes back: the worker's URL, its type and a prefill's bootstrap port."""
+    return {k: worker.get(k) for k in ("url", "worker_type", "bootstrap_port") if worker.get(k) is not None}
+
+
 def readiness(router: str) -> int:
     return call(f"{router}/readiness")[0]
 
@@ -166,6 +179,36 @@ def load_state(path: str) -> list[dict] | None:
     return entry.get("workers") if isinstance(entry, dict) else None
 
 
+def save_state(path: str, workers: list[dict]) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    write_atomic(path, json.dumps({"workers": workers, "at": time.time()}) + "\n", mode=0o600)
+
+
+class Eviction:
+    """Keeps a router's worker list empty, level-triggered: the router queues each removal (and each startup
+    registration) as a background job, and a removal queued while the router still registers its workers can be
+    lost (measured on sglang-router 0.3.1 and 0.3.2 right after a start). Every check removes what is listed
+    again; a worker not yet saved is added to the state file first, so that it comes back too."""
+
+    def __init__(self, module: AnsibleModule, router: str, key: str, path: str, saved: list[dict]) -> None:
+        self.module, self.router, self.key, self.path = module, router, key, path
+        self.workers = list(saved)
+
+    def __call__(self) -> int:
+        """Remove every worker listed now; how many were listed (0 also for a router that does not answer)."""
+        listed = listed_workers(self.router, self.key) or []
+        known = {w["url"] for w in self.workers}
+        new = [saved_form(w) for w in listed if w.get("url") not in known]
+        if new:
+            self.workers += new
+            save_state(self.path, self.workers)
+        for worker in listed:
+            status, _unused = call(f"{self.router}/workers/{worker['id']}", method="DELETE", key=self.key)
+            if status not in (200, 202, 204, 404):
+                self.module.fail_json(msg=f"the router refused to remove worker {worker.get('url')} ({status})")
+        return len(listed)
+
+
 def drain(module: AnsibleModule) -> None:
     p = module.params
     started = time.monotonic()
@@ -174,39 +217,34 @@ def drain(module: AnsibleModule) -> None:
     if saved is None and readiness(router) != 200:
         # Not in rotation now (a first start, a router that does not run): nothing to take out.
         module.exit_json(changed=False, drained=True, timed_out=False, in_flight=0, seconds=0.0, workers=[])
-    status, body = call(f"{router}/workers", key=key)
-    if status != 200 and saved is None:
-        module.fail_json(
-            msg=f"the router's control plane at {router}/workers answered {status or 'nothing'} to the admin key"
-        )
-    # With a drain pending and the router down, there is nothing left to remove.
-    listed = (json.loads(body or b"{}").get("workers") or []) if status == 200 else []
-    # A drain left by a rollback's first attempt or a run that died: keep the workers it saved.
-    workers = (
-        saved
-        if saved is not None
-        else [{k: w.get(k) for k in ("url", "worker_type", "bootstrap_port") if w.get(k) is not None} for w in listed]
-    )
+    listed = listed_workers(router, key)
+    if listed is None and saved is None:
+        module.fail_json(msg=f"the router's control plane at {router}/workers did not answer to the admin key")
     if module.check_mode:
+        workers = saved if saved is not None else [saved_form(w) for w in listed or []]
         module.exit_json(changed=bool(listed), drained=True, timed_out=False, in_flight=0, seconds=0.0, workers=workers)
+    # A drain left by a rollback's first attempt or a run that died keeps the workers it saved.
     if saved is None:
-        directory = os.path.dirname(p["state_file"])
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        write_atomic(p["state_file"], json.dumps({"workers": workers, "at": time.time()}) + "\n", mode=0o600)
-    for worker in listed:
-        status, _unused = call(f"{router}/workers/{worker['id']}", method="DELETE", key=key)
-        if status not in (200, 202, 204, 404):
-            module.fail_json(msg=f"the router refused to remove worker {worker.get('url')} ({status})")
-    # Out of rotation once /readiness is anything but 200 (503, or no answer from a router that does not run).
-    if not wait_for(lambda: readiness(router) != 200, 30):
+        saved = [saved_form(w) for w in listed or []]
+        save_state(p["state_file"], saved)
+    evict = Eviction(module, router, key, p["state_file"], saved)
+    # Out of rotation once no worker is listed and /readiness is anything but 200 (503, or no answer from a router
+    # that does not run).
+    if not wait_for(lambda: evict() == 0 and readiness(router) != 200, 30):
         module.fail_json(
             msg=f"{router}/readiness still answers {readiness(router)} 30 s after its workers were removed"
+            f" ({evict()} worker(s) still listed)"
         )
-    # The balancer checks /readiness every few seconds and takes the host out after a few failures.
-    time.sleep(p["notice_seconds"])
+    # The balancer checks /readiness every few seconds and takes the host out after a few failures; a worker that
+    # comes back meanwhile, or while the servers finish their requests, is removed again.
+    notice = time.monotonic() + p["notice_seconds"]
+    while time.monotonic() < notice:
+        evict()
+        time.sleep(POLL)
     left = {"n": 0}
 
     def idle() -> bool:
+        evict()
         left["n"] = in_flight(p["metrics_urls"])
         return left["n"] == 0
 
@@ -217,7 +255,7 @@ def drain(module: AnsibleModule) -> None:
         timed_out=not drained,
         in_flight=left["n"],
         seconds=round(time.monotonic() - started, 1),
-        workers=workers,
+        workers=evict.workers,
     )
 
 
@@ -230,18 +268,26 @@ def restore(module: AnsibleModule) -> None:
         module.exit_json(changed=False, seconds=0.0, workers=[])
     if module.check_mode:
         module.exit_json(changed=True, seconds=0.0, workers=workers)
-    if not p["router_restarted"]:
-        status, body = call(f"{router}/workers", key=key)
-        present = {w.get("url") for w in (json.loads(body or b"{}").get("workers") or [])} if status == 200 else set()
-        for worker in workers:
-            if worker["url"] in present:
-                continue
-            status, answer = call(f"{router}/workers", method="POST", key=key, body=worker)
-            if status not in (200, 201, 202):
-                module.fail_json(
-                    msg=f"the router refused to take worker {worker['url']} back ({status}): {answer[:300]!r}"
-                )
-    if not wait_for(lambda: readiness(router) == 200, p["timeout"]):
+    # Level-triggered too: a registration the router queued and lost is sent again, every few seconds.
+    resend = {"at": 0.0}
+
+    def back() -> bool:
+        if readiness(router) == 200:
+            return True
+        if not p["router_restarted"] and time.monotonic() >= resend["at"]:
+            present = {w.get("url") for w in listed_workers(router, key) or []}
+            for worker in workers:
+                if worker["url"] in present:
+                    continue
+                status, answer = call(f"{router}/workers", method="POST", key=key, body=worker)
+                if status not in (200, 201, 202, 409):
+                    module.fail_json(
+                        msg=f"the router refused to take worker {worker['url']} back ({status}): {answer[:300]!r}"
+                    )
+            resend["at"] = time.monotonic() + RESEND
+        return False
+
+    if not wait_for(back, p["timeout"]):
         module.fail_json(
             msg=f"{router}/readiness answers {readiness(router)} {p['timeout']} s after the workers were put back; the"
             f" host stays out of rotation ({p['state_file']} keeps them for the next run)"
