@@ -41,9 +41,9 @@ collection() {
   export DSV4_COLLECTIONS_PATH=$work/collections
 }
 
-# The scenarios run in two lanes side by side (each scenario's lab hosts have their own names and ports, and the
+# The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
 # lab caches are built once, under a lock), about evenly long; every scenario must be in exactly one lane.
-LANES=("default fleet monitoring traffic releases" "failsafe drift")
+LANES=("default fleet monitoring" "failsafe drift releases" "interrupted traffic")
 run_molecule() {
   echo "== molecule"
   local scenario lane listed=" ${LANES[*]} " logs pids=() failed=0

@@ -1,117 +1,27 @@
-"""Rollouts that fail safe, judged on the host: the fault matrix and the ways a run goes wrong.
+"""Rollouts that fail safe, judged on the host: each step of the apply made to fail, and other ways a run goes wrong.
 
-For each step of the apply, the step is made to fail (a) and the controller is killed there (b), by the lab fault
-injector (molecule/shared/fault_plugins/lab_fault.py, a lab tool). Invariants, read on the host (files byte for byte,
-start records of the current invocations, their journals, MainPIDs), never from Ansible's output:
-  after (a)        the host's files are as before the run and every service runs from exactly them;
-  after (a), (b)   the next plain run converges the host (every service runs from the files on disk, the desired
-                   ones), and the run after it is changed=0 and restarts nothing;
-  after (b)        a run that does not hold the lease (no break) changes nothing.
-Each test leaves the host converged for the next (the inventory's state is restored at the end of the module).
+For each step of the apply, the lab fault injector (molecule/shared/fault_plugins/lab_fault.py, a lab tool) makes
+the step fail. Invariants, read on the host (files byte for byte, start records of the current invocations, their
+journals, MainPIDs), never from Ansible's output: the host's files are as before the run and every service runs
+from exactly them; the next plain run converges the host, and the run after it is changed=0 and restarts nothing.
+Then a failed rollback, a change that fails verification, a key rotation, a drop-in, planted links, tags, and
+--check --diff. The runs cut short (killed, a lease broken, an unreadable lock) are in the scenario interrupted;
+the shared helpers in molecule/shared/faultcases.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import time
+import shlex
 
 import pytest
+from faultcases import GENCONFIG, LAB_ENV, MODEL, RESTART, STEPS, change, converges, pids, run, temperatures
 
-from conftest import ROOT, deploy, flat, host_state, lab_secret, recap, runs_from_disk, text
+from conftest import deploy, flat, host_state, lab_secret, runs_from_disk, text
 
 HOST = "dsv4-fs-1"
-LOCK = "/run/sglang-dsv4-deploy"
-MODEL = "/srv/models/DeepSeek-V4-Flash"
-GENCONFIG = f"{MODEL}/generation_config.json"
 ROUTER = "http://127.0.0.1:26010"
-LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
-FAULTS = {
-    "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
-    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault",
-}
-RESTART = "Restart what does not run from its inputs (prefill and decode together, the router on its own)"
-
-# Each step of the apply, as the task that starts right after it (or is it, for the restart and the verification).
-STEPS = [
-    ("after the lock", "Snapshot the files this rollout may change", 0),
-    ("after the snapshot", "Read the host's state and compute its plan#2", 0),  # the read under the lock
-    ("after the generation_config.json write", "Create the folders of the managed defaults and the helper", 0),
-    ("after the env files' write", "Stage the units and the target", 0),
-    (
-        "after the units' write",
-        "Restart prefill and decode if the host's state says they do not run from their inputs",
-        0,
-    ),
-    ("at the restart request", RESTART, 1.5),
-    ("during the verification", "Read /server_info of prefill and decode", 0),
-]
-
-
-def change(case: int) -> dict:
-    """A change of every kind of input (generation_config.json, env files, units), different for each case."""
-    return {
-        "sglang_genconfig_temperature": (0.7, 0.65)[case % 2],
-        "sglang_services_environment": {**LAB_ENV, "DSV4_CASE": str(case)},
-        "sglang_services_timeout_start_sec": 121 + case % 2,
-    }
-
-
-def run(settings: dict | None = None, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
-    extra = ["-e", json.dumps(settings)] if settings else []
-    return deploy(*extra, *args, env={**FAULTS, "DSV4_LAB_FAULT": fault} if fault else None)
-
-
-def temperatures(state: dict) -> dict:
-    return {u: (state["units"][u]["logged"] or {}).get("temperature") for u in ("prefill", "decode")}
-
-
-def pids(state: dict) -> dict:
-    return {u: (e["pid"], e["invocation"]) for u, e in state["units"].items()}
-
-
-def break_args(host) -> list[str]:
-    owner = host.run(f"cat {LOCK}/owner.json")
-    run_id = json.loads(owner.stdout)["run_id"] if owner.rc == 0 and owner.stdout.startswith("{") else "true"
-    return ["--limit", HOST, "-e", f"sglang_rollout_break_lock={run_id}"]
-
-
-def converges(host, settings: dict, *args: str) -> dict:
-    """The next plain run converges the host, and the run after it changes and restarts nothing."""
-    out = run(settings, *args)
-    assert out.returncode == 0, text(out)[-4000:]
-    state = host_state(host)
-    assert runs_from_disk(state) == []
-    assert set(temperatures(state).values()) == {settings["sglang_genconfig_temperature"]}, temperatures(state)
-    assert not state["lock"]
-    again = run(settings)
-    assert again.returncode == 0, text(again)[-3000:]
-    assert "apply to 0 of 1 host(s): none" in again.stdout and "changed=0" in recap(again.stdout)
-    assert pids(host_state(host)) == pids(state)
-    return state
-
-
-@pytest.fixture(scope="module", autouse=True)
-def back_to_the_inventory(host):
-    yield
-    out = deploy(*(break_args(host) if host.file(LOCK).exists else []))
-    assert out.returncode == 0, text(out)[-3000:]
-
-
-@pytest.fixture
-def at_inventory(host):
-    """The host as the inventory says, so that the only pending change is the one the test makes."""
-    out = deploy(*(break_args(host) if host.file(LOCK).exists else []))
-    assert out.returncode == 0, text(out)[-3000:]
-    assert runs_from_disk(host_state(host)) == []
-
-
-@pytest.fixture(scope="module")
-def cases():
-    """Numbers each case, so that every case's change differs from the state the previous one left."""
-    counter = iter(range(1, 1000))
-    return lambda: next(counter)
 
 
 @pytest.mark.parametrize(("step", "task", "_delay"), STEPS, ids=[s[0] for s in STEPS])
@@ -133,21 +43,6 @@ def test_a_failed_step_leaves_the_host_as_before_and_the_next_run_converges(host
     converges(host, change(case))
 
 
-@pytest.mark.parametrize(("step", "task", "delay"), STEPS, ids=[s[0] for s in STEPS])
-def test_a_run_killed_at_a_step_is_repaired_by_the_next_run(host, cases, step, task, delay):
-    case = cases()
-    out = run(change(case), fault=f"kill:{task}" + (f"@{delay}" if delay else ""))
-    assert out.returncode != 0 and "PLAY RECAP" not in out.stdout, step
-    time.sleep(2)  # what the killed controller had already asked of the host settles
-    left = host_state(host)
-    assert left["lock"], "a run killed after taking the lock leaves it"
-    # A run that does not hold the lease changes nothing.
-    blocked = run(change(case + 500))
-    assert blocked.returncode != 0 and "Nothing was changed" in text(blocked)
-    assert host_state(host)["files"] == left["files"]
-    converges(host, change(case), *break_args(host))
-
-
 def test_a_failed_rollback_says_so_loudly_and_the_next_run_converges(host, cases):
     case = cases()
     wrong = {**change(case), "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95}}
@@ -159,21 +54,6 @@ def test_a_failed_rollback_says_so_loudly_and_the_next_run_converges(host, cases
     assert rollout["outcome"] == "rollback failed" and not rollout["rolled_back"]
     assert not host_state(host)["lock"]
     converges(host, change(case))
-
-
-@pytest.mark.parametrize(
-    "task",
-    ["Put this run's snapshot back (checked byte for byte)", f"{RESTART}#2"],
-    ids=["before", "after the restore"],
-)
-def test_a_run_killed_during_its_rollback_is_repaired_by_the_next_run(host, cases, task):
-    case = cases()
-    wrong = {**change(case), "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95}}
-    out = run(wrong, fault=f"kill:{task}")
-    assert out.returncode != 0 and "PLAY RECAP" not in out.stdout
-    time.sleep(2)
-    assert host_state(host)["lock"]
-    converges(host, change(case), *break_args(host))
 
 
 def test_a_change_that_starts_but_fails_verification_is_undone_on_disk_and_in_the_processes(host, cases):
@@ -206,8 +86,6 @@ ASK_ROUTER = (
 
 def router_answers(host, key: str) -> int:
     """The HTTP status the router gives a client with this key (asked on the host, as a client there would)."""
-    import shlex
-
     return int(
         host.check_output(f"python3 -c {shlex.quote(ASK_ROUTER)} {ROUTER}/v1/chat/completions {shlex.quote(key)}")
     )
@@ -251,30 +129,6 @@ def test_a_drop_in_is_an_input_and_restarts_prefill_and_decode_together(host, at
     assert "DSV4_DROPIN" not in host.check_output("systemctl show -p Environment sglang-dsv4-decode")
 
 
-@pytest.mark.parametrize(
-    "plant",
-    [
-        f"mkfifo {LOCK}",
-        f"mkdir -m 0700 {LOCK} && mkfifo {LOCK}/owner.json",
-        f"mkdir -m 0700 {LOCK} && echo '{{\"run_id\": 7}}' > {LOCK}/owner.json",
-    ],
-    ids=["fifo", "fifo-owner", "non-number"],
-)
-def test_an_unreadable_lock_is_reported_in_bounded_time_and_cleared_only_by_a_limited_break(host, cases, plant):
-    case = cases()
-    host.run_test(plant)
-    started = time.monotonic()
-    blocked = run(change(case))
-    assert time.monotonic() - started < 120, "reading the lock must never hang the plan"
-    assert blocked.returncode != 0
-    assert (
-        "unreadable lock" in text(blocked)
-        and "holder unknown" in text(blocked)
-        and "Nothing was changed" in text(blocked)
-    )
-    converges(host, change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
-
-
 def test_root_never_writes_through_a_link_planted_in_the_model_directory(host, cases):
     case = cases()
     host.run_test(f"echo untouched > /root/victim && ln -sfn /root/victim {MODEL}/.generation_config.json.rollback")
@@ -301,53 +155,6 @@ def test_root_never_writes_through_a_link_planted_in_the_model_directory(host, c
     finally:
         host.run_test(f"chmod o-w {MODEL}")
     converges(host, change(case))
-
-
-def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, cases):
-    evicted_case, case = cases(), cases()
-    fence = "Check that this run still holds the lock, and renew its lease#3"  # before the generation_config write
-    evicted = subprocess.Popen(
-        [*deploy_argv(), "-e", json.dumps(change(evicted_case))],
-        cwd=ROOT,
-        # Paused long enough for the other run to break its lease and finish (plan, apply, and a no-op run).
-        env=fault_env(f"pause:{fence}@75"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not host.file(f"{LOCK}/owner.json").exists:
-        assert time.monotonic() < deadline and evicted.poll() is None, "the first run never took the lock"
-        time.sleep(0.5)
-    run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
-    plain = run(change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
-    assert plain.returncode != 0 and "a live lease is broken only by naming its run" in text(plain)
-    state = converges(host, change(case), "--limit", HOST, "-e", f"sglang_rollout_break_lock={run_id}")
-    output, _unused = evicted.communicate(timeout=300)
-    assert evicted.returncode != 0
-    assert f"this run lost the lock of {HOST} to another run and touched nothing more there" in output, output[-3000:]
-    after = host_state(host)
-    assert after["files"] == state["files"] and pids(after) == pids(state)
-    assert temperatures(after) == {"prefill": change(case)["sglang_genconfig_temperature"]} | {
-        "decode": change(case)["sglang_genconfig_temperature"]
-    }
-    assert not after["lock"]
-
-
-def deploy_argv() -> list[str]:
-    import sys
-    from pathlib import Path
-
-    from conftest import inventory
-
-    return [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), "deploy.yml"]
-
-
-def fault_env(fault: str) -> dict:
-    import os
-
-    return {**os.environ, "ANSIBLE_NOCOLOR": "1", **FAULTS, "DSV4_LAB_FAULT": fault}
 
 
 def test_tags_never_cost_a_needless_model_reload(host, cases, at_inventory):

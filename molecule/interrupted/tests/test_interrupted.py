@@ -1,0 +1,120 @@
+"""Runs cut short, judged on the host: the controller killed at each step of the apply and of its rollback, a live
+lease broken by another run, a lock nobody can read.
+
+The lab fault injector (molecule/shared/fault_plugins/lab_fault.py, a lab tool) kills the controller at a step, or
+pauses it. Invariants, read on the host (files byte for byte, start records of the current invocations, their
+journals, MainPIDs), never from Ansible's output: a run that does not hold the lease changes nothing, and the next
+plain run converges the host (every service runs from the files on disk), the run after it changed=0 and restarting
+nothing. The shared helpers are in molecule/shared/faultcases.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from faultcases import (
+    LOCK,
+    RESTART,
+    STEPS,
+    break_args,
+    change,
+    converges,
+    deploy_argv,
+    fault_env,
+    pids,
+    run,
+    temperatures,
+)
+
+from conftest import ROOT, host_state, text
+
+HOST = "dsv4-int-1"
+
+
+@pytest.mark.parametrize(("step", "task", "delay"), STEPS, ids=[s[0] for s in STEPS])
+def test_a_run_killed_at_a_step_is_repaired_by_the_next_run(host, cases, step, task, delay):
+    case = cases()
+    out = run(change(case), fault=f"kill:{task}" + (f"@{delay}" if delay else ""))
+    assert out.returncode != 0 and "PLAY RECAP" not in out.stdout, step
+    time.sleep(2)  # what the killed controller had already asked of the host settles
+    left = host_state(host)
+    assert left["lock"], "a run killed after taking the lock leaves it"
+    # A run that does not hold the lease changes nothing.
+    blocked = run(change(case + 500))
+    assert blocked.returncode != 0 and "Nothing was changed" in text(blocked)
+    assert host_state(host)["files"] == left["files"]
+    converges(host, change(case), *break_args(host))
+
+
+@pytest.mark.parametrize(
+    "task",
+    ["Put this run's snapshot back (checked byte for byte)", f"{RESTART}#2"],
+    ids=["before", "after the restore"],
+)
+def test_a_run_killed_during_its_rollback_is_repaired_by_the_next_run(host, cases, task):
+    case = cases()
+    wrong = {**change(case), "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95}}
+    out = run(wrong, fault=f"kill:{task}")
+    assert out.returncode != 0 and "PLAY RECAP" not in out.stdout
+    time.sleep(2)
+    assert host_state(host)["lock"]
+    converges(host, change(case), *break_args(host))
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        f"mkfifo {LOCK}",
+        f"mkdir -m 0700 {LOCK} && mkfifo {LOCK}/owner.json",
+        f"mkdir -m 0700 {LOCK} && echo '{{\"run_id\": 7}}' > {LOCK}/owner.json",
+    ],
+    ids=["fifo", "fifo-owner", "non-number"],
+)
+def test_an_unreadable_lock_is_reported_in_bounded_time_and_cleared_only_by_a_limited_break(host, cases, plant):
+    case = cases()
+    host.run_test(plant)
+    started = time.monotonic()
+    blocked = run(change(case))
+    assert time.monotonic() - started < 120, "reading the lock must never hang the plan"
+    assert blocked.returncode != 0
+    assert (
+        "unreadable lock" in text(blocked)
+        and "holder unknown" in text(blocked)
+        and "Nothing was changed" in text(blocked)
+    )
+    converges(host, change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
+
+
+def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, cases):
+    evicted_case, case = cases(), cases()
+    fence = "Check that this run still holds the lock, and renew its lease#3"  # before the generation_config write
+    evicted = subprocess.Popen(
+        [*deploy_argv(), "-e", json.dumps(change(evicted_case))],
+        cwd=ROOT,
+        # Paused long enough for the other run to break its lease and finish (plan, apply, and a no-op run).
+        env=fault_env(f"pause:{fence}@75"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not host.file(f"{LOCK}/owner.json").exists:
+        assert time.monotonic() < deadline and evicted.poll() is None, "the first run never took the lock"
+        time.sleep(0.5)
+    run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
+    plain = run(change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
+    assert plain.returncode != 0 and "a live lease is broken only by naming its run" in text(plain)
+    state = converges(host, change(case), "--limit", HOST, "-e", f"sglang_rollout_break_lock={run_id}")
+    output, _unused = evicted.communicate(timeout=300)
+    assert evicted.returncode != 0
+    assert f"this run lost the lock of {HOST} to another run and touched nothing more there" in output, output[-3000:]
+    after = host_state(host)
+    assert after["files"] == state["files"] and pids(after) == pids(state)
+    assert temperatures(after) == {"prefill": change(case)["sglang_genconfig_temperature"]} | {
+        "decode": change(case)["sglang_genconfig_temperature"]
+    }
+    assert not after["lock"]

@@ -1,0 +1,121 @@
+"""The rollout's fault matrix, shared by the scenarios failsafe (steps that fail) and interrupted (runs cut short).
+
+A lab test helper: the lab fault injector (molecule/shared/fault_plugins/lab_fault.py) fails a task, kills the
+controller at it, or pauses it; these helpers make a change of every kind of input, run deploy.yml with a fault,
+and check that the next plain run converges the host. Each test leaves the host converged for the next (the
+inventory's state is restored at the end of the module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labtools import ROOT, deploy, host_state, inventory, recap, runs_from_disk, text
+
+LOCK = "/run/sglang-dsv4-deploy"
+MODEL = "/srv/models/DeepSeek-V4-Flash"
+GENCONFIG = f"{MODEL}/generation_config.json"
+LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
+FAULTS = {
+    "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
+    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault",
+}
+RESTART = "Restart what does not run from its inputs (prefill and decode together, the router on its own)"
+
+# Each step of the apply, as the task that starts right after it (or is it, for the restart and the verification).
+STEPS = [
+    ("after the lock", "Snapshot the files this rollout may change", 0),
+    ("after the snapshot", "Read the host's state and compute its plan#2", 0),  # the read under the lock
+    ("after the generation_config.json write", "Create the folders of the managed defaults and the helper", 0),
+    ("after the env files' write", "Stage the units and the target", 0),
+    (
+        "after the units' write",
+        "Restart prefill and decode if the host's state says they do not run from their inputs",
+        0,
+    ),
+    ("at the restart request", RESTART, 1.5),
+    ("during the verification", "Read /server_info of prefill and decode", 0),
+]
+
+
+def change(case: int) -> dict:
+    """A change of every kind of input (generation_config.json, env files, units), different for each case."""
+    return {
+        "sglang_genconfig_temperature": (0.7, 0.65)[case % 2],
+        "sglang_services_environment": {**LAB_ENV, "DSV4_CASE": str(case)},
+        "sglang_services_timeout_start_sec": 121 + case % 2,
+    }
+
+
+def run(settings: dict | None = None, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    extra = ["-e", json.dumps(settings)] if settings else []
+    return deploy(*extra, *args, env={**FAULTS, "DSV4_LAB_FAULT": fault} if fault else None)
+
+
+def temperatures(state: dict) -> dict:
+    return {u: (state["units"][u]["logged"] or {}).get("temperature") for u in ("prefill", "decode")}
+
+
+def pids(state: dict) -> dict:
+    return {u: (e["pid"], e["invocation"]) for u, e in state["units"].items()}
+
+
+def name(host) -> str:
+    """The inventory name of testinfra's host (each scenario has its own)."""
+    return host.backend.host
+
+
+def break_args(host) -> list[str]:
+    owner = host.run(f"cat {LOCK}/owner.json")
+    run_id = json.loads(owner.stdout)["run_id"] if owner.rc == 0 and owner.stdout.startswith("{") else "true"
+    return ["--limit", name(host), "-e", f"sglang_rollout_break_lock={run_id}"]
+
+
+def converges(host, settings: dict, *args: str) -> dict:
+    """The next plain run converges the host, and the run after it changes and restarts nothing."""
+    out = run(settings, *args)
+    assert out.returncode == 0, text(out)[-4000:]
+    state = host_state(host)
+    assert runs_from_disk(state) == []
+    assert set(temperatures(state).values()) == {settings["sglang_genconfig_temperature"]}, temperatures(state)
+    assert not state["lock"]
+    again = run(settings)
+    assert again.returncode == 0, text(again)[-3000:]
+    assert "apply to 0 of 1 host(s): none" in again.stdout and "changed=0" in recap(again.stdout)
+    assert pids(host_state(host)) == pids(state)
+    return state
+
+
+@pytest.fixture(scope="module", autouse=True)
+def back_to_the_inventory(host):
+    yield
+    out = deploy(*(break_args(host) if host.file(LOCK).exists else []))
+    assert out.returncode == 0, text(out)[-3000:]
+
+
+@pytest.fixture
+def at_inventory(host):
+    """The host as the inventory says, so that the only pending change is the one the test makes."""
+    out = deploy(*(break_args(host) if host.file(LOCK).exists else []))
+    assert out.returncode == 0, text(out)[-3000:]
+    assert runs_from_disk(host_state(host)) == []
+
+
+@pytest.fixture(scope="module")
+def cases():
+    """Numbers each case, so that every case's change differs from the state the previous one left."""
+    counter = iter(range(1, 1000))
+    return lambda: next(counter)
+
+
+def deploy_argv() -> list[str]:
+    return [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), "deploy.yml"]
+
+
+def fault_env(fault: str) -> dict:
+    return {**os.environ, "ANSIBLE_NOCOLOR": "1", **FAULTS, "DSV4_LAB_FAULT": fault}
