@@ -106,6 +106,8 @@ def decide(
         # Releases to build before the batches (the build play), by id.
         "build": sorted(facts.get("build", [])),
         "restart": restart,
+        # Every service runs now (a host that serves; not a first start): a canary is compared with such hosts.
+        "serving": not any(status.startswith("not running") for status in statuses.values()),
         "restart_servers": bool(restart["servers"]),
         "restart_router": bool(restart["router"]),
         "empty": not changes

@@ -20,7 +20,7 @@ import time
 import pytest
 import testinfra
 
-from conftest import ROOT, deploy, host_state, lab_secret, text
+from conftest import ROOT, deploy, flat, host_state, lab_secret, runs_from_disk, text
 
 HOSTS = ("dsv4-traf-1", "dsv4-traf-2", "dsv4-traf-3", "dsv4-traf-4")
 BALANCER = 25000
@@ -77,7 +77,9 @@ def rollout():
         "after": {name: host_state(h) for name, h in hosts.items()},
         "stats": (stats, balancer_stats()),
     }
-    back = deploy()
+    # Back to the inventory with no load running: a canary without traffic has no data and fails (by design), so
+    # this one goes without.
+    back = deploy("-e", json.dumps({"sglang_rollout_canary": 0}))
     assert back.returncode == 0, text(back)[-3000:]
 
 
@@ -90,6 +92,11 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
 
 def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
     assert rollout["out"].returncode == 0, text(rollout["out"])[-4000:]
+    # The canary went first, alone, and passed every round of its analysis before any other host changed.
+    plan = flat(rollout["out"])
+    assert "canary: dsv4-traf-1, judged against dsv4-traf-2, dsv4-traf-3, dsv4-traf-4 (not yet changed)" in plan
+    assert "after 10 s, 3 rounds of 15 s, at most 1 failed" in plan
+    assert [f"canary dsv4-traf-1 round {n}/3: ok" in plan for n in (1, 2, 3)] == [True] * 3, plan[-3000:]
     counted = rollout["tally"]
     assert counted["ok"] >= 100, counted
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
@@ -120,3 +127,35 @@ def test_every_host_was_drained_and_put_back_one_at_a_time(rollout):
     assert output.count("changed: [dsv4-traf-") >= len(HOSTS)
     for name in HOSTS:
         assert not lab_host(name).file("/run/sglang-dsv4/drain.json").exists
+
+
+def pids(state: dict) -> dict:
+    return {unit: (entry["pid"], entry["invocation"]) for unit, entry in state["units"].items()}
+
+
+def test_a_change_that_slows_the_first_token_is_stopped_at_the_canary_and_no_other_host_changes(rollout):
+    """A change every host's own verification passes (answers come, 1 s late), that only the comparison of live
+    latency with the hosts not yet changed finds: the canary fails its analysis, is rolled back, and the rollout
+    stops before any other host changes; the clients lose nothing (the canary drains out and back)."""
+    hosts = {name: lab_host(name) for name in HOSTS}
+    before = {name: host_state(h) for name, h in hosts.items()}
+    client = load(900)
+    time.sleep(3)
+    # The inventory's state after the rollout above, plus the lab fault.
+    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65, "sglang_lab_first_token_seconds": 1.0}))
+    time.sleep(3)
+    client.send_signal(signal.SIGTERM)
+    counted = tally(client)
+    after = {name: host_state(h) for name, h in hosts.items()}
+    output = flat(out)
+    assert out.returncode != 0
+    assert "canary dsv4-traf-1 failed its analysis" in output and "time to first token p99" in output, output[-4000:]
+    assert "dsv4-traf-1 was rolled back to its state before this run" in output
+    # The canary: its files byte for byte as before, every service running from them (new server processes).
+    assert after["dsv4-traf-1"]["files"] == before["dsv4-traf-1"]["files"]
+    assert runs_from_disk(after["dsv4-traf-1"]) == []
+    # Every other host: files and processes untouched.
+    for name in HOSTS[1:]:
+        assert after[name]["files"] == before[name]["files"], name
+        assert pids(after[name]) == pids(before[name]), name
+    assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted

@@ -14,7 +14,9 @@ requests it forwards with bootstrap fields).
 
 Under load and at stop it behaves as SGLang 0.5.23 does (the lines it imitates are named where it does so):
 answers take SGLANG_LAB_TOKEN_SECONDS per generated token on a decode (or plain) server, streamed as
-server-sent events when asked; the model load at start takes SGLANG_LAB_STARTUP_SECONDS; with
+server-sent events when asked, the first after SGLANG_LAB_FIRST_TOKEN_SECONDS more (a lab fault: the slow first
+token a bad change makes, that only a canary's comparison of live latency finds); the model load at start takes
+SGLANG_LAB_STARTUP_SECONDS; with
 --max-running-requests N the N+1st request waits in the queue; on SIGTERM it drains as SGLang does.
 
 Standard library only, so it runs on a bare Debian host.
@@ -514,6 +516,7 @@ class ServerApp(App):
         self.started = time.time()
         # Decode (and plain) servers make one token per this many seconds; prefill computes the prompt at once.
         self.token_seconds = float(os.environ.get("SGLANG_LAB_TOKEN_SECONDS", "0") or 0)
+        self.first_token_seconds = float(os.environ.get("SGLANG_LAB_FIRST_TOKEN_SECONDS", "0") or 0)
         limit = args.max_running_requests
         self.slots = threading.BoundedSemaphore(limit) if limit else None
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
@@ -622,6 +625,10 @@ class ServerApp(App):
         """Seconds per generated token: decode and plain servers generate, prefill only computes the prompt."""
         return 0.0 if self.args.disaggregation_mode == "prefill" else self.token_seconds
 
+    def _first_delay(self) -> float:
+        """The lab fault's extra wait before the first generated token (not on prefill)."""
+        return 0.0 if self.args.disaggregation_mode == "prefill" else self.first_token_seconds
+
     def _run(self, prompt: str, params: dict[str, Any], body: dict[str, Any]) -> tuple[str, str, dict[str, int]]:
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
         began = time.monotonic()
@@ -629,10 +636,10 @@ class ServerApp(App):
         text, finish, produced = generate(prompt, params, max_tokens, body.get("seed"))
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": produced}
         usage["total_tokens"] = usage["prompt_tokens"] + produced
-        pace = self._pace()
-        time.sleep(pace * produced)
+        pace, delay = self._pace(), self._first_delay()
+        time.sleep(delay + pace * produced)
         # Without a pace the toy sampler makes every token in one go: the first is taken to arrive after 1/produced.
-        first = began + (pace if pace else (time.monotonic() - began) / max(produced, 1))
+        first = began + delay + (pace if pace else (time.monotonic() - began - delay) / max(produced, 1))
         self._release(began, first, usage["prompt_tokens"], produced)
         return text, finish, usage
 
@@ -647,7 +654,7 @@ class ServerApp(App):
 
         def events() -> Any:
             for index, word in enumerate(words):
-                time.sleep(self._pace())
+                time.sleep(self._pace() + (self._first_delay() if index == 0 else 0.0))
                 state["first"] = state["first"] or time.monotonic()
                 state["sent"] = index + 1
                 yield _event(chunk(word if index == 0 else " " + word, None))

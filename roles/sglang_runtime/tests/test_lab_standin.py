@@ -360,6 +360,33 @@ def test_a_stream_is_one_event_per_token_paced_and_ends_with_done(model):
         proc.stop()
 
 
+def histogram_quantile_bucket(url: str, name: str) -> dict[str, float]:
+    """The cumulative bucket counts of one histogram, by upper bound."""
+    text = call(url + "/metrics")[1]
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            found[bound] = found.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_the_slow_first_token_fault_delays_the_first_token_and_shows_in_the_ttft_histogram(model):
+    url, proc = decode_server(model, env={"SGLANG_LAB_FIRST_TOKEN_SECONDS": "0.6"})
+    try:
+        status, lines, seconds = stream(url, tokens=4)
+        assert status == 200 and lines[-1] == "data: [DONE]" and seconds >= 0.6
+        status, _body = call(
+            url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4}
+        )
+        assert status == 200
+        buckets = histogram_quantile_bucket(url, "sglang:time_to_first_token_seconds")
+        # Both answers took their first token after at least 0.6 s: none is in a bucket below 0.6 s.
+        assert buckets["0.4"] == 0 and buckets["+Inf"] == 2
+    finally:
+        proc.stop()
+
+
 def test_sigterm_drains_like_sglang_health_503_new_requests_served_exit_when_idle(model):
     url, proc = decode_server(model)
     results: dict = {}

@@ -1,0 +1,172 @@
+"""The canary analysis: the Prometheus queries that compare the canary hosts with the hosts not yet changed, and
+the verdict of one round.
+
+One round looks at one window (the last `window` seconds) of the fleet's own series, as the monitoring role
+labels them (fleet, host, role): the router's answers (smg_http_responses_total), the decode servers' time to first
+token and inter-token latency (SGLang's histograms), the PD transfer failures, whether each server runs with the
+managed defaults (the monitoring timer's sglang_dsv4_server_defaults_in_effect), and whether Prometheus scrapes
+every service at all. Missing data is a failure of its round, never a pass: a canary that serves nothing, or a
+Prometheus that lost it, proves nothing. The semantic check (repetition of answers to fixed prompts sent without
+sampling parameters) is measured on the canary hosts and passed in.
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import median
+from typing import Any
+
+LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+def queries(hosts: list[str], window: int) -> dict[str, str]:
+    """PromQL, by check, of one window for these hosts (the monitoring role's `host` label), each `by (host)`."""
+    for value in hosts:
+        if not LABEL_VALUE.fullmatch(value):
+            raise ValueError(f"{value!r} cannot be a Prometheus label value here")
+    # A label value here has no regex character but the dot, escaped for the regex and for the PromQL string.
+    select = 'host=~"' + "|".join(h.replace(".", "\\\\.") for h in hosts) + '"'
+    w = f"[{int(window)}s]"
+    latency = 'histogram_quantile(0.99, sum by (host, le) (rate({name}_bucket{{{select},role="decode"}}{w})))'
+    return {
+        "scraped": f'min by (host) (up{{{select},job=~"sglang|sglang-router"}})',
+        "requests": f"sum by (host) (increase(smg_http_responses_total{{{select}}}{w}))",
+        "success": (
+            f'sum by (host) (increase(smg_http_responses_total{{{select},status_code!~"5.."}}{w}))'
+            f" / sum by (host) (increase(smg_http_responses_total{{{select}}}{w}))"
+        ),
+        "ttft_p99": latency.format(name="sglang:time_to_first_token_seconds", select=select, w=w),
+        "itl_p99": latency.format(name="sglang:inter_token_latency_seconds", select=select, w=w),
+        # Totals since each server's start: the canary's servers started with this change, so every failure they
+        # count is the change's (the counters appear only at a first failure: absent is none).
+        "transfer_failures": (
+            f'sum by (host) ({{__name__=~"sglang:num_(bootstrap|transfer)_failed_reqs_total",{select}}})'
+        ),
+        "defaults_in_effect": f"min by (host) (sglang_dsv4_server_defaults_in_effect{{{select}}})",
+    }
+
+
+def by_host(answer: dict[str, Any]) -> dict[str, float]:
+    """A Prometheus instant-query answer (vector) as host -> value; NaN (0/0, an empty histogram) is no data."""
+    values: dict[str, float] = {}
+    for sample in (answer.get("data") or {}).get("result") or []:
+        host = (sample.get("metric") or {}).get("host")
+        try:
+            value = float(sample["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if host and value == value:
+            values[host] = value
+    return values
+
+
+def verdict(
+    samples: dict[str, dict[str, float]],
+    canary: str,
+    stable: list[str],
+    thresholds: dict[str, Any],
+    repetition: float | None,
+) -> dict[str, Any]:
+    """One round for one canary host: {"ok", "failures": [reasons], "values": {check: value}}."""
+    t = normalize(thresholds)[0]
+    failures: list[str] = []
+    values: dict[str, Any] = {}
+
+    def own(check: str) -> float | None:
+        return (samples.get(check) or {}).get(canary)
+
+    def baseline(check: str) -> float | None:
+        found = [v for h, v in (samples.get(check) or {}).items() if h in stable]
+        return median(found) if found else None
+
+    values["scraped"] = own("scraped")
+    if values["scraped"] != 1:
+        failures.append("Prometheus does not scrape every service of the canary (up)")
+    values["requests"] = own("requests")
+    values["success"] = own("success")
+    if not values["requests"] or values["success"] is None:
+        failures.append("no data: the canary's router answered no request in the window")
+    elif values["success"] < t["min_success"]:
+        failures.append(f"success ratio {values['success']:.4f} < {t['min_success']}")
+    for check, label in (("ttft_p99", "time to first token p99"), ("itl_p99", "inter-token latency p99")):
+        mine, theirs = own(check), baseline(check)
+        values[check], values[f"{check}_stable"] = mine, theirs
+        if mine is None or theirs is None:
+            failures.append(f"no data: {label} of the {'canary' if mine is None else 'hosts not yet changed'}")
+            continue
+        if mine > theirs * t["max_latency_ratio"] and mine - theirs > t["latency_margin"]:
+            failures.append(
+                f"{label} {mine:.3f} s is {mine / theirs if theirs else float('inf'):.2f}x the hosts not yet changed"
+                f" ({theirs:.3f} s; limit {t['max_latency_ratio']}x)"
+            )
+    values["transfer_failures"] = own("transfer_failures") or 0.0
+    if values["transfer_failures"] > 0:
+        failures.append(f"{values['transfer_failures']:.0f} PD bootstrap or KV transfer failure(s)")
+    values["defaults_in_effect"] = own("defaults_in_effect")
+    if values["defaults_in_effect"] is None:
+        failures.append("no data: whether the managed defaults are in effect (sglang_dsv4_server_defaults_in_effect)")
+    elif values["defaults_in_effect"] != 1:
+        failures.append("a server of the canary does not run with the managed sampling defaults")
+    values["repetition"] = repetition
+    if repetition is None:
+        failures.append("no data: the fixed prompts got no answer")
+    elif repetition > t["max_repetition"]:
+        failures.append(f"answers to the fixed prompts repeat themselves ({repetition:.2f} > {t['max_repetition']})")
+    return {"ok": not failures, "failures": failures, "values": values}
+
+
+def describe(thresholds: dict[str, Any]) -> str:
+    """The analysis as the plan table shows it."""
+    t = normalize(thresholds)[0]
+    return (
+        f"after {t['initial_delay']} s, {t['count']} rounds of {t['interval']} s, at most {t['failure_limit']} failed:"
+        f" success >= {t['min_success']}, TTFT and ITL p99 <= {t['max_latency_ratio']}x the hosts not yet changed"
+        f" (+{t['latency_margin']} s), no PD transfer failure, defaults in effect, repetition <="
+        f" {t['max_repetition']}; no data fails its round"
+    )
+
+
+RULES = {
+    "initial_delay": (int, lambda v: 0 <= v <= 3600, "an integer of seconds in 0..3600"),
+    "interval": (int, lambda v: 5 <= v <= 3600, "an integer of seconds in 5..3600"),
+    "count": (int, lambda v: 1 <= v <= 100, "an integer in 1..100"),
+    "failure_limit": (int, lambda v: 0 <= v <= 100, "an integer in 0..100"),
+    "min_success": (float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "max_latency_ratio": (float, lambda v: v >= 1, "a number of at least 1"),
+    "latency_margin": (float, lambda v: v >= 0, "a number of seconds, at least 0"),
+    "max_repetition": (float, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+}
+
+
+def _number(value: Any, kind: type) -> int | float | None:
+    """A threshold as a number (also from -e key=value, a string), or None when it is not one of this kind."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if number != number or (kind is int and not number.is_integer()):
+        return None
+    return int(number) if kind is int else number
+
+
+def normalize(thresholds: dict[str, Any], prefix: str = "sglang_rollout_canary_") -> tuple[dict, list[str]]:
+    """The thresholds as numbers, and the bad ones, each naming its variable."""
+    values, errors = {}, []
+    for name, (kind, ok, wanted) in RULES.items():
+        number = _number(thresholds.get(name), kind)
+        if number is None or not ok(number):
+            errors.append(f"{prefix}{name}={thresholds.get(name)!r} must be {wanted}")
+        values[name] = number
+    if not errors and values["failure_limit"] >= values["count"]:
+        errors.append(
+            f"{prefix}failure_limit={values['failure_limit']} must be below {prefix}count={values['count']}: an"
+            " analysis that allows every round to fail can never fail"
+        )
+    return values, errors
+
+
+def threshold_errors(thresholds: dict[str, Any], prefix: str = "sglang_rollout_canary_") -> list[str]:
+    """Bad threshold values, each naming its variable."""
+    return normalize(thresholds, prefix)[1]

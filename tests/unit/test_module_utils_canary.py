@@ -1,0 +1,163 @@
+"""The canary analysis (module_utils/sglang_canary.py, filter/sglang_canary.py): queries, verdicts, thresholds."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.dsv4.sglang.plugins.filter.sglang_canary import sglang_canary_plan
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_canary as canary
+
+THRESHOLDS = {
+    "initial_delay": 60,
+    "interval": 60,
+    "count": 5,
+    "failure_limit": 3,
+    "min_success": 0.99,
+    "max_latency_ratio": 1.5,
+    "latency_margin": 0.05,
+    "max_repetition": 0.5,
+}
+STABLE = ["gpu-2", "gpu-3", "gpu-4"]
+
+
+def healthy(**override) -> dict:
+    """A round's samples where the canary (gpu-1) looks like the hosts not yet changed."""
+    samples = {
+        "scraped": dict.fromkeys(["gpu-1", *STABLE], 1.0),
+        "requests": dict.fromkeys(["gpu-1", *STABLE], 300.0),
+        "success": dict.fromkeys(["gpu-1", *STABLE], 1.0),
+        "ttft_p99": {"gpu-1": 0.21, "gpu-2": 0.2, "gpu-3": 0.19, "gpu-4": 0.25},
+        "itl_p99": dict.fromkeys(["gpu-1", *STABLE], 0.02),
+        "transfer_failures": {},
+        "defaults_in_effect": dict.fromkeys(["gpu-1", *STABLE], 1.0),
+    }
+    for check, values in override.items():
+        samples[check] = {**samples[check], **values} if values else {}
+    return samples
+
+
+def judge(samples: dict, repetition: float | None = 0.1, **thresholds) -> dict:
+    return canary.verdict(samples, "gpu-1", STABLE, {**THRESHOLDS, **thresholds}, repetition)
+
+
+def test_a_canary_like_the_others_passes():
+    result = judge(healthy())
+    assert result == {"ok": True, "failures": [], "values": result["values"]}
+    assert result["values"]["ttft_p99_stable"] == 0.2  # the median of the hosts not yet changed
+
+
+@pytest.mark.parametrize(
+    ("override", "repetition", "reason"),
+    [
+        ({"success": {"gpu-1": 0.95}}, 0.1, "success ratio 0.9500 < 0.99"),
+        ({"ttft_p99": {"gpu-1": 1.9}}, 0.1, "time to first token p99 1.900 s is 9.50x the hosts not yet changed"),
+        ({"itl_p99": {"gpu-1": 0.2}}, 0.1, "inter-token latency p99 0.200 s is 10.00x"),
+        ({"transfer_failures": {"gpu-1": 2.0}}, 0.1, "2 PD bootstrap or KV transfer failure(s)"),
+        ({"defaults_in_effect": {"gpu-1": 0.0}}, 0.1, "does not run with the managed sampling defaults"),
+        ({"scraped": {"gpu-1": 0.0}}, 0.1, "Prometheus does not scrape every service of the canary"),
+        ({}, 0.8, "answers to the fixed prompts repeat themselves (0.80 > 0.5)"),
+    ],
+)
+def test_each_check_fails_its_round_by_name(override, repetition, reason):
+    result = judge(healthy(**override), repetition)
+    assert not result["ok"] and any(reason in failure for failure in result["failures"]), result["failures"]
+
+
+@pytest.mark.parametrize(
+    ("override", "repetition", "reason"),
+    [
+        ({"requests": None, "success": None}, 0.1, "no data: the canary's router answered no request"),
+        ({"requests": {"gpu-1": 0.0}}, 0.1, "no data: the canary's router answered no request"),
+        ({"ttft_p99": None}, 0.1, "no data: time to first token p99 of the canary"),
+        ({"itl_p99": None}, 0.1, "no data: inter-token latency p99 of the canary"),
+        ({"defaults_in_effect": None}, 0.1, "no data: whether the managed defaults are in effect"),
+        ({"scraped": None}, 0.1, "Prometheus does not scrape every service"),
+        ({}, None, "no data: the fixed prompts got no answer"),
+    ],
+)
+def test_no_data_is_a_failure_never_a_pass(override, repetition, reason):
+    samples = healthy()
+    for check, values in override.items():
+        samples[check] = {} if values is None else {**samples[check], **values}
+    result = judge(samples, repetition)
+    assert not result["ok"] and any(reason in failure for failure in result["failures"]), result["failures"]
+
+
+def test_hosts_not_yet_changed_without_latency_data_fail_the_round():
+    samples = healthy()
+    samples["ttft_p99"] = {"gpu-1": 0.2}
+    result = judge(samples)
+    assert "no data: time to first token p99 of the hosts not yet changed" in result["failures"]
+
+
+def test_a_tiny_latency_above_the_ratio_but_within_the_margin_passes():
+    assert judge(healthy(itl_p99={"gpu-1": 0.04}))["ok"]  # 2x of 0.02 s, but only 0.02 s more
+    assert not judge(healthy(itl_p99={"gpu-1": 0.04}), latency_margin=0.01)["ok"]
+
+
+def test_queries_select_the_hosts_by_their_monitoring_label_and_window():
+    q = canary.queries(["gpu-1.example.com", "gpu-2"], 60)
+    assert set(q) == {
+        "scraped",
+        "requests",
+        "success",
+        "ttft_p99",
+        "itl_p99",
+        "transfer_failures",
+        "defaults_in_effect",
+    }
+    assert 'host=~"gpu-1\\\\.example\\\\.com|gpu-2"' in q["success"] and "[60s]" in q["success"]
+    assert 'role="decode"' in q["ttft_p99"] and "sglang:time_to_first_token_seconds_bucket" in q["ttft_p99"]
+    with pytest.raises(ValueError, match="cannot be a Prometheus label value"):
+        canary.queries(['gpu-1"} or vector(1) #'], 60)
+
+
+def test_an_answer_becomes_host_values_and_nan_is_no_data():
+    answer = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"host": "gpu-1"}, "value": [1, "0.5"]},
+                {"metric": {"host": "gpu-2"}, "value": [1, "NaN"]},
+                {"metric": {}, "value": [1, "3"]},
+            ],
+        },
+    }
+    assert canary.by_host(answer) == {"gpu-1": 0.5}
+    assert canary.by_host({}) == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("interval", 2, "sglang_rollout_canary_interval=2 must be an integer of seconds in 5..3600"),
+        ("count", "five", "sglang_rollout_canary_count='five' must be an integer in 1..100"),
+        ("count", 2.5, "sglang_rollout_canary_count=2.5 must be an integer in 1..100"),
+        ("min_success", 1.5, "sglang_rollout_canary_min_success=1.5 must be a number in (0, 1]"),
+        ("max_latency_ratio", 0.5, "sglang_rollout_canary_max_latency_ratio=0.5 must be a number of at least 1"),
+        ("max_repetition", True, "sglang_rollout_canary_max_repetition=True must be a number in [0, 1]"),
+        ("failure_limit", 5, "sglang_rollout_canary_failure_limit=5 must be below sglang_rollout_canary_count=5"),
+    ],
+)
+def test_bad_thresholds_are_refused_by_name(name, value, message):
+    errors = canary.threshold_errors({**THRESHOLDS, name: value})
+    assert any(message in error for error in errors), errors
+
+
+def test_thresholds_from_the_command_line_are_numbers_too():
+    assert canary.threshold_errors(dict.fromkeys(THRESHOLDS, "1") | {"count": "5", "interval": "60"}) == []
+
+
+def test_the_plan_compares_the_canary_only_with_hosts_that_serve_and_change_later():
+    prometheus = {"host": "prom-1", "url": "http://127.0.0.1:9090"}
+    hosts = ["gpu-1", "gpu-2", "gpu-3"]
+    plan = sglang_canary_plan(hosts, 1, prometheus, THRESHOLDS, serving=["gpu-1", "gpu-3"])
+    assert (plan["hosts"], plan["stable"], plan["analysis"]) == (["gpu-1"], ["gpu-3"], True)
+    assert "after 60 s, 5 rounds of 60 s, at most 3 failed" in plan["lines"][1]
+    first_start = sglang_canary_plan(hosts, 1, prometheus, THRESHOLDS, serving=[])
+    assert not first_start["analysis"] and first_start["hosts"] == []
+    assert "none of gpu-2, gpu-3 serves yet" in first_start["lines"][0]
+    alone = sglang_canary_plan(["gpu-1"], 1, prometheus, THRESHOLDS, serving=["gpu-1"])
+    assert not alone["analysis"] and "no host changes after the first batch" in alone["lines"][0]
+    off = sglang_canary_plan(hosts, 0, prometheus, THRESHOLDS, serving=hosts)
+    assert not off["analysis"] and off["hosts"] == [] and "sglang_rollout_canary=0" in off["lines"][0]
