@@ -12,6 +12,7 @@ sampling parameters) is measured on the canary hosts and passed in.
 
 from __future__ import annotations
 
+import math
 import re
 from statistics import median
 from typing import Any
@@ -55,7 +56,7 @@ def by_host(answer: dict[str, Any]) -> dict[str, float]:
             value = float(sample["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
-        if host and value == value:
+        if host and not math.isnan(value):
             values[host] = value
     return values
 
@@ -146,7 +147,7 @@ def _number(value: Any, kind: type) -> int | float | None:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    if number != number or (kind is int and not number.is_integer()):
+    if math.isnan(number) or math.isinf(number) or (kind is int and not number.is_integer()):
         return None
     return int(number) if kind is int else number
 
