@@ -43,7 +43,7 @@ collection() {
 
 # The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
 # lab caches are built once, under a lock), about evenly long; every scenario must be in exactly one lane.
-LANES=("default fleet monitoring" "failsafe drift releases" "interrupted traffic")
+LANES=("failsafe fleet drift" "interrupted releases monitoring" "traffic default")
 run_molecule() {
   echo "== molecule"
   local scenario lane listed=" ${LANES[*]} " logs pids=() failed=0

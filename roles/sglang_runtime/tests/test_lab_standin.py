@@ -92,6 +92,8 @@ def real_router() -> list[str]:
 
 @pytest.fixture
 def stack(model: Path):
+    # The router first: without the contract venv the test is skipped before any stand-in starts (none is left).
+    router_program = real_router()
     ports = {name: free_port() for name in ("prefill", "decode", "router", "bootstrap")}
     common = [
         "--model-path",
@@ -136,7 +138,7 @@ def stack(model: Path):
         "1",
         "--health-failure-threshold",
         "1",
-        program=real_router(),
+        program=router_program,
     )
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     procs = {"prefill": prefill, "decode": decode, "router": router}
