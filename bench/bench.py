@@ -10,7 +10,7 @@ with --limit) and on all N:
   article's way    the source article's manual fix (ssh, heredoc, systemctl restart), for comparison
   under load       a sampling change rolled over all N hosts one at a time (batch 1) while bench/loadgen.py sends
                    streaming chat requests through the lab balancer (HAProxy), with the drain on and off:
-                   requests answered, refused and cut mid-stream
+                   requests answered, refused and cut mid-stream (--load-only: only this, replacing its section)
 Wall times are medians over the runs; ratios are of medians measured in this one run of the script. Restarts
 are counted from the hosts' journals. Everything runs on loopback; the hosts are removed at the end.
 """
@@ -38,6 +38,7 @@ SSH_PORT_BASE = 3000
 SERVICE_PORT_BASE = 23000
 BALANCER_PORT = 23000
 LOAD_RATE = 20
+LOAD_HEADING = "## Under load:"
 KEY = "/var/lib/sglang-dsv4-lab/id_ed25519"
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
@@ -91,9 +92,9 @@ def starts_since(hosts: int, mark: float) -> dict[str, int]:
     return counts
 
 
-def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def timed(argv: list[str], check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
     start = time.monotonic()
-    result = run(argv)
+    result = run(argv, check=check)
     return time.monotonic() - start, result
 
 
@@ -199,16 +200,30 @@ def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[d
             time.sleep(3)
             mark = second_boundary()
             extra = {**paced, "sglang_genconfig_temperature": temperature, "sglang_rollout_batch": 1}
-            seconds, _changed = deploy(inventory, hosts, {**extra, "sglang_services_drain": drain})
+            argv = [str(BIN / "ansible-playbook"), *inventories, "-l", limit(hosts), "deploy.yml"]
+            # A rollout that fails (and is rolled back) under load is a result too: its outcome is reported.
+            seconds, result = timed([*argv, "-e", json.dumps({**extra, "sglang_services_drain": drain})], check=False)
+            outcome = "every host changed" if result.returncode == 0 else outcome_of(result.stdout)
             time.sleep(3)
             client.send_signal(signal.SIGTERM)
             tally = json.loads(client.communicate(timeout=600)[0].strip().splitlines()[-1])
-            results.append({"drain": drain, "seconds": seconds, "tally": tally, "starts": starts_since(hosts, mark)})
-            print(f"under load, drain {'on' if drain else 'off'}: {seconds:.1f}s {tally}", flush=True)
+            starts = starts_since(hosts, mark)
+            results.append({"drain": drain, "seconds": seconds, "tally": tally, "starts": starts, "outcome": outcome})
+            print(f"under load, drain {'on' if drain else 'off'}: {seconds:.1f}s {outcome} {tally}", flush=True)
+            if result.returncode != 0:
+                deploy(inventory, hosts, paced)  # back to the inventory before the next measurement
     finally:
         stop = ["-e", "bench_balancer_state=absent", "-e", f"bench_balancer_port={BALANCER_PORT}"]
         run([str(BIN / "ansible-playbook"), *inventories, "bench/balancer.yml", *stop], check=False)
     return results
+
+
+def outcome_of(output: str) -> str:
+    """What a failed rollout said of itself: the host rolled back and why, from its final message."""
+    found = re.search(r"(\S+) was rolled back to its state before this run.*?Cause: ([^\n\"]+)", output)
+    if not found:
+        return "failed"
+    return f"{found.group(1)} rolled back, the rollout stopped (cause: {found.group(2).strip()[:200]})"
 
 
 def lab_key() -> str:
@@ -229,27 +244,30 @@ def starts(samples: dict, name: str) -> str:
     return ", ".join(f"{u} {statistics.median(v[u] for v in values):g}" for u in ("prefill", "decode", "router"))
 
 
-def load_report(results: list[dict], hosts: int) -> str:
+def load_report(results: list[dict], hosts: int, command: str) -> str:
     rows = [
-        "| drain | rollout wall time | answered | non-2xx | cut mid-stream | refused | lost | starts |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| drain | rollout wall time | outcome | answered | non-2xx | cut mid-stream | refused | lost | starts |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         t = r["tally"]
         starts = ", ".join(f"{u} {r['starts'][u]}" for u in ("prefill", "decode", "router"))
         rows.append(
-            f"| {'on' if r['drain'] else 'off'} | {r['seconds']:.1f} s | {t['ok']} | {t['non_2xx']} | {t['truncated']}"
+            f"| {'on' if r['drain'] else 'off'} | {r['seconds']:.1f} s | {r['outcome']} | {t['ok']} | {t['non_2xx']}"
+            f" | {t['truncated']}"
             f" | {t['failed']} | {t['lost']} of {t['sent']} | {starts} |"
         )
     return f"""
-## Under load: a rollout over {hosts} hosts, one at a time, at {LOAD_RATE} streaming requests per second
+{LOAD_HEADING} a rollout over {hosts} hosts, one at a time, at {LOAD_RATE} streaming requests per second
+
+Produced by `{command}` on {time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores.
 
 `bench/loadgen.py` sent streaming chat requests (32 tokens, 20 ms each on the decode server) through the lab
 balancer (HAProxy checking each router's `/readiness` every 500 ms, `roles/lab_balancer`) for the whole rollout of
-a sampling change, host by host. With the drain, each host leaves the rotation, finishes what it holds, restarts
-and comes back before the next; without it, the router keeps sending to servers that are stopping: SGLang (and
-the stand-in) still takes new requests while it drains, so under steady load a stopping server never becomes
-idle, systemd kills it after TimeoutStopSec (120 s) and the streams it was serving are cut. One run each.
+a sampling change, host by host (no canary: the bench has no central Prometheus). With the drain, each host leaves
+the rotation, finishes what it holds, restarts and comes back before the next; without it, the router and the
+balancer keep sending to servers that are stopping (SGLang, and the stand-in, still take new requests while they
+drain) and then to servers that are loading. One run each; the outcome is what the run reported of itself.
 
 {chr(10).join(rows)}
 """
@@ -315,20 +333,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument(
+        "--load-only", action="store_true", help="only the rollout under load; replaces that section of --output"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         inventory = Path(tmp) / "hosts.yml"
         lab(args.hosts, "absent", inventory)
         lab(args.hosts, "present", inventory)
         try:
-            samples = measure(args.hosts, args.runs, inventory)
+            samples = {} if args.load_only else measure(args.hosts, args.runs, inventory)
             loaded = under_load(args.hosts, inventory, [0.7, 0.65]) if args.hosts > 1 else []
         finally:
             lab(args.hosts, "absent", inventory)
     command = "make bench" if argv == [] else f".venv/bin/python bench/bench.py {' '.join(argv)}"
-    args.output.write_text(
-        report(samples, args.hosts, args.runs, command) + (load_report(loaded, args.hosts) if loaded else "")
-    )
+    loads = load_report(loaded, args.hosts, command) if loaded else ""
+    if args.load_only:
+        kept = args.output.read_text().split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" if args.output.exists() else ""
+        args.output.write_text(kept + loads)
+    else:
+        args.output.write_text(report(samples, args.hosts, args.runs, command) + loads)
     print(args.output.read_text())
     return 0
 
