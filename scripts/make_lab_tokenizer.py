@@ -19,7 +19,7 @@ SPECIAL = ["<unk>", "<eos>", "<bos>"]
 
 
 def vocabulary() -> list[str]:
-    standin = Path(__file__).resolve().parent.parent / "roles/sglang_runtime/files/sglang_lab_standin.py"
+    standin = Path(__file__).resolve().parent.parent / "roles/lab_hosts/files/sglang_lab_standin.py"
     namespace: dict[str, object] = {}
     source = standin.read_text()
     start = source.index("VOCAB = (")

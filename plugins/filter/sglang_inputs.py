@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import input_errors, removed_variable_errors
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import (
+    input_errors,
+    is_loopback,
+    removed_variable_errors,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import validate
 
 
@@ -28,10 +32,16 @@ def sglang_sampling_errors(sampling: dict[str, Any], allow_greedy: bool = False,
     return [f"{prefix}{error}" for error in validate(sampling, allow_greedy)]
 
 
+def sglang_is_loopback(address: Any) -> bool:
+    """Whether only this host reaches the address (the collection's one loopback rule)."""
+    return is_loopback(address)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_input_errors": sglang_input_errors,
+            "sglang_is_loopback": sglang_is_loopback,
             "sglang_removed_variables": sglang_removed_variables,
             "sglang_sampling_errors": sglang_sampling_errors,
         }

@@ -8,13 +8,11 @@ templates only print what these return. Plain functions, tested in tests/unit/te
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address, is_loopback
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@/-]+")
 USERNAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -30,10 +28,6 @@ SCRAPE_JOBS = ("sglang", "sglang-router", "node", "prometheus", "dcgm")
 
 def _is_port(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
-
-
-def is_loopback(address: str) -> bool:
-    return address in LOOPBACK or (is_address(address) and ipaddress.ip_address(address).is_loopback)
 
 
 def _hostport(address: str, port: int) -> str:

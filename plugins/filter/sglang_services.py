@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import ROUTER_FLAGS, SERVER_FLAGS, render
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import LOCAL_HOST, is_address
 
 VAR = "sglang_services_topology"
 SERVER_MODES = ("prefill", "decode")
@@ -88,10 +88,15 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
     return errors
 
 
+def router_host(svc: dict[str, Any]) -> str:
+    """The address the router listens on (its topology entry's host, loopback unless set)."""
+    return str(svc.get("host", LOCAL_HOST))
+
+
 def router_url(svc: dict[str, Any], tls: bool = False) -> str:
     """Where the router really listens, as a URL this host can reach (the wildcard becomes loopback)."""
-    host = str(svc.get("host", "127.0.0.1"))
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - mapping the wildcard away
+    host = router_host(svc)
+    host = {"0.0.0.0": LOCAL_HOST, "::": "::1"}.get(host, host)  # noqa: S104 - mapping the wildcard away
     if ":" in host:
         host = f"[{host}]"
     return f"{'https' if tls else 'http'}://{host}:{svc['port']}"
@@ -147,7 +152,7 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
             environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in svc["gpu_ids"])
             if settings.get("api_key"):
                 credentials["server-config.yaml"] = f"{layout['credentials_dir']}/{name}"
-            health_url = f"http://127.0.0.1:{svc['port']}/health"
+            health_url = f"http://{LOCAL_HOST}:{svc['port']}/health"
         else:
             if settings.get("api_key"):
                 credentials["api-key"] = f"{layout['credentials_dir']}/{name}"
@@ -172,7 +177,7 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
                 "gpu_ids": list(svc.get("gpu_ids", [])),
                 "numa_node": svc.get("numa_node"),
                 "port": svc["port"],
-                "metrics_host": svc.get("metrics_host", "127.0.0.1") if not server else None,
+                "metrics_host": svc.get("metrics_host", LOCAL_HOST) if not server else None,
                 "metrics_port": svc.get("metrics_port") if not server else svc["port"],
                 "health_url": health_url,
             }
@@ -205,5 +210,6 @@ class FilterModule:
             "sglang_topology_errors": sglang_topology_errors,
             "sglang_unit_specs": sglang_unit_specs,
             "sglang_router_url": router_url,
+            "sglang_router_host": router_host,
             "sglang_systemd_argv": sglang_systemd_argv,
         }

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# The address the servers always listen on, and the router and its metrics unless their topology entry says otherwise.
+LOCAL_HOST = "127.0.0.1"
+
 # (service settings, rendering settings) -> the words after the option, or None.
 Render = Callable[..., Any]
 
@@ -41,7 +44,7 @@ def _by_mode(topology: dict[str, Any], mode: str) -> dict[str, Any]:
 SERVER_FLAGS: tuple[Flag, ...] = (
     Flag("--model-path", "sglang_common_model_path", lambda svc, st: [st["model_path"]], ("--model",)),
     Flag("--served-model-name", "sglang_services_served_model_name", lambda svc, st: [st["served_model_name"]]),
-    Flag("--host", "the collection (servers listen on 127.0.0.1)", lambda svc, st: ["127.0.0.1"]),
+    Flag("--host", "the collection (servers listen on 127.0.0.1)", lambda svc, st: [LOCAL_HOST]),
     Flag("--port", "sglang_services_topology.<service>.port", lambda svc, st: [svc["port"]]),
     Flag(
         "--tp-size",
@@ -86,22 +89,22 @@ ROUTER_FLAGS: tuple[Flag, ...] = (
         "--prefill",
         "sglang_services_topology",
         lambda svc, st: [
-            f"http://127.0.0.1:{_by_mode(st['topology'], 'prefill')['port']}",
+            f"http://{LOCAL_HOST}:{_by_mode(st['topology'], 'prefill')['port']}",
             _by_mode(st["topology"], "prefill")["bootstrap_port"],
         ],
     ),
     Flag(
         "--decode",
         "sglang_services_topology",
-        lambda svc, st: [f"http://127.0.0.1:{_by_mode(st['topology'], 'decode')['port']}"],
+        lambda svc, st: [f"http://{LOCAL_HOST}:{_by_mode(st['topology'], 'decode')['port']}"],
     ),
-    Flag("--host", "sglang_services_topology.router.host", lambda svc, st: [svc.get("host", "127.0.0.1")]),
+    Flag("--host", "sglang_services_topology.router.host", lambda svc, st: [svc.get("host", LOCAL_HOST)]),
     Flag("--port", "sglang_services_topology.router.port", lambda svc, st: [svc["port"]]),
     # Without these the router serves its metrics on 0.0.0.0:29000.
     Flag(
         "--prometheus-host",
         "sglang_services_topology.router.metrics_host",
-        lambda svc, st: [svc.get("metrics_host", "127.0.0.1")],
+        lambda svc, st: [svc.get("metrics_host", LOCAL_HOST)],
     ),
     Flag("--prometheus-port", "sglang_services_topology.router.metrics_port", lambda svc, st: [svc["metrics_port"]]),
     # Offline and quiet: the tokenizer comes from the model directory, never from the Hub.

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import (
+    LOCAL_HOST,
     ROUTER_FLAGS,
     SERVER_FLAGS,
     managed_options,
@@ -25,6 +26,8 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import (
 SERVER_MANAGED_OPTIONS: dict[str, str] = managed_options(SERVER_FLAGS)
 ROUTER_MANAGED_OPTIONS: dict[str, str] = managed_options(ROUTER_FLAGS)
 
+# What counts as loopback (LOCAL_HOST: where the collection listens unless told otherwise, sglang_flags.py).
+LOOPBACK = (LOCAL_HOST, "::1", "localhost")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Environment the units set themselves; an operator's value would be silently overridden or break the split.
 MANAGED_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "HOME", "XDG_CACHE_HOME", "CREDENTIALS_DIRECTORY")
@@ -37,6 +40,8 @@ REMOVED_VARIABLES: dict[str, str] = {
     "sglang_rollout_lock_timeout": "nothing: a locked host stops the run in the plan (see sglang_rollout_break_lock)",
     "sglang_verify_health_timeout": "sglang_services_timeout_start_sec",
     "sglang_runtime_python": "sglang_runtime_server_lock: the servers and the router run from runtime releases",
+    "sglang_services_user": "sglang_runtime_user (the user sglang_runtime creates is the one the units run as)",
+    "sglang_runtime_standin_dir": "nothing: the lab installs its stand-in itself (roles/lab_hosts, sglang_lab_standin)",
 }
 
 
@@ -51,6 +56,11 @@ def is_address(text: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+def is_loopback(address: Any) -> bool:
+    """An address only this host reaches: 127.0.0.0/8, ::1 or localhost."""
+    return address in LOOPBACK or (is_address(address) and ipaddress.ip_address(address).is_loopback)
 
 
 def _control_character(text: str) -> str | None:
@@ -148,6 +158,22 @@ def path_errors(name: str, value: Any) -> list[str]:
     return []
 
 
+def server_entry_errors(name: str, entry: Any) -> list[str]:
+    """What the servers' python runs: [-m, MODULE] or [/PROGRAM, ARG...], never an option (the flags are rendered)."""
+    if (
+        isinstance(entry, list)
+        and entry
+        and all(isinstance(word, str) and word for word in entry)
+        and not any(word.startswith("-") for word in entry[1:])
+        and ((entry[0] == "-m" and len(entry) == 2) or (entry[0].startswith("/") and " " not in entry[0]))
+    ):
+        return []
+    return [
+        f"{name}={entry!r} must be [-m, MODULE] or [/PROGRAM, ARG...] without options: "
+        "the collection renders every server flag (sglang_services_server_flags adds others)"
+    ]
+
+
 def input_errors(values: dict[str, Any], secrets: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> list[str]:
     """Control characters anywhere, plus the rules that belong to particular variables."""
     errors: list[str] = []
@@ -155,6 +181,8 @@ def input_errors(values: dict[str, Any], secrets: tuple[str, ...] = (), paths: t
         errors += control_character_errors(name, value, secret=name in secrets)
         if name in paths:
             errors += path_errors(name, value)
+    if "sglang_runtime_server_entry" in values:
+        errors += server_entry_errors("sglang_runtime_server_entry", values["sglang_runtime_server_entry"])
     if "sglang_services_environment" in values:
         errors += environment_errors("sglang_services_environment", values["sglang_services_environment"])
     if "sglang_services_server_flags" in values:

@@ -13,7 +13,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs a
 
 from .conftest import ROOT, exec_start_argv, flags_after_launcher
 
-sys.path.insert(0, str(ROOT / "roles/sglang_runtime/files"))
+sys.path.insert(0, str(ROOT / "roles/lab_hosts/files"))
 import sglang_lab_standin as standin
 
 HOSTS = ("dsv4-gpu-01", "lab-render")

@@ -30,7 +30,7 @@ PROMQL_WORDS = re.compile(r"\b(by|on|without|ignoring|group_left|group_right)\s*
 
 
 def _standin():
-    spec = importlib.util.spec_from_file_location("standin", ROOT / "roles/sglang_runtime/files/sglang_lab_standin.py")
+    spec = importlib.util.spec_from_file_location("standin", ROOT / "roles/lab_hosts/files/sglang_lab_standin.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

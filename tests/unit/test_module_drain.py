@@ -55,7 +55,7 @@ def test_every_gauge_the_drain_waits_on_is_one_sglang_and_the_stand_in_export():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles/sglang_runtime/files"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles/lab_hosts/files"))
     import sglang_lab_standin as standin
 
     assert set(drain.IN_FLIGHT) <= set(standin.METRICS)

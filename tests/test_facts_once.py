@@ -1,0 +1,118 @@
+"""Each fact once: a role's default is written in that role's defaults alone.
+
+Another role, a playbook, an inventory (the lab's settings included) or the README's examples that write the same
+value again, as an assignment or as `NAME | default(VALUE)`, would drift from it the day the default changes; they
+leave it out, or read it. (The README's variables table is generated from argument_specs, scripts/role_docs.py.)
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as the inventories hold it: a vaulted value is a value no default equals."""
+
+
+_Loader.add_constructor("!vault", lambda loader, node: ("vaulted", loader.construct_scalar(node)))
+
+
+def _load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader with one more tag
+
+
+def role_defaults(root: Path = ROOT) -> dict[str, tuple[str, Any]]:
+    """Every role default: name -> (its role, its value)."""
+    found: dict[str, tuple[str, Any]] = {}
+    for path in sorted(root.glob("roles/*/defaults/main.yml")):
+        for name, value in (_load(path.read_text()) or {}).items():
+            found[name] = (path.parent.parent.name, value)
+    return found
+
+
+DEFAULTS = role_defaults()
+DEFAULT_CALL = re.compile(r"\b([a-z][a-z0-9_]*)\s*\|\s*default\(([^()]*)\)")
+
+
+def _same(value: Any, default: Any) -> bool:
+    return type(value) is type(default) and value == default
+
+
+def restated(text: str, owner: str | None, assignments: bool, defaults: dict[str, tuple[str, Any]]) -> list[str]:
+    """The role defaults this text writes again: top-level assignments (YAML files of variables) and default()s."""
+    found = []
+    data = _load(text) if assignments else None
+    for name, value in (data if isinstance(data, dict) else {}).items():
+        if name in defaults and defaults[name][0] != owner and _same(value, defaults[name][1]):
+            found.append(f"{name}: {value!r} (the default of {defaults[name][0]})")
+    for name, literal in DEFAULT_CALL.findall(text):
+        if name not in defaults:
+            continue
+        word = literal.strip()
+        try:
+            value = None if word in ("none", "None", "") else ast.literal_eval(word)
+        except (ValueError, SyntaxError):
+            continue
+        if _same(value, defaults[name][1]):
+            found.append(f"{name} | default({literal}) (the default of {defaults[name][0]})")
+    return found
+
+
+def _sources() -> list[Path]:
+    patterns = ("roles/*/defaults/*.yml", "roles/*/vars/*.yml", "roles/*/tasks/*.yml", "roles/*/handlers/*.yml")
+    patterns += ("roles/*/templates/*.j2", "playbooks/*.yml", "inventories/**/*.yml", "molecule/*/host_vars/*.yml")
+    files = [path for pattern in patterns for path in ROOT.glob(pattern)] + [
+        ROOT / "roles/lab_hosts/files/lab-settings.yml"
+    ]
+    return sorted({path for path in files if path.is_file() and not path.is_symlink()})
+
+
+def _owner(path: Path) -> str | None:
+    parts = path.relative_to(ROOT).parts
+    return (
+        parts[1] if parts[0] == "roles" and parts[2] in ("defaults", "vars", "tasks", "handlers", "templates") else None
+    )
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_role_default_is_written_again(path: Path) -> None:
+    variables = path.suffix == ".yml" and path.parent.name not in ("tasks", "handlers", "playbooks")
+    found = restated(path.read_text(), _owner(path), variables, DEFAULTS)
+    assert not found, f"{path.relative_to(ROOT)} restates: " + "; ".join(found)
+
+
+def test_the_readme_examples_restate_no_default() -> None:
+    found = []
+    for block in re.findall(r"```ya?ml\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
+        try:
+            found += restated(block, None, True, DEFAULTS)
+        except yaml.YAMLError:
+            found += restated(block, None, False, DEFAULTS)
+    assert not found, "README.md's YAML examples restate role defaults: " + "; ".join(found)
+
+
+def test_the_rule_finds_what_it_is_for(tmp_path: Path) -> None:
+    """Planted restatements (the production inventory's old topology, sglang_verify's old temperature) are found;
+    other values, the owning role's own defaults and unrelated names are not."""
+    role = tmp_path / "roles/r/defaults"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text("r_port: 8000\nr_topology: {a: [0, 1]}\nr_name: x\n")
+    defaults = role_defaults(tmp_path)
+    inventory = "r_port: 8000\nr_topology: {a: [0, 1]}\nr_name: y\nother_port: 8000\n"
+    assert restated(inventory, None, True, defaults) == [
+        "r_port: 8000 (the default of r)",
+        "r_topology: {'a': [0, 1]} (the default of r)",
+    ]
+    assert restated(inventory, "r", True, defaults) == []
+    assert restated("t: \"{{ r_name | default('x') }} {{ r_port | default(9) }}\"", None, False, defaults) == [
+        "r_name | default('x') (the default of r)"
+    ]
+    assert restated("r_port: '8000'\n", None, True, defaults) == []
