@@ -178,7 +178,7 @@ def measure(hosts: int, runs: int, inventory: Path) -> dict:
 def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[dict]:
     """A rollout over every host, one at a time, under steady streaming load through the balancer: drain on, off."""
     inventories = ["-i", "inventories/lab", "-i", str(inventory)]
-    paced = {"sglang_lab_token_seconds": 0.02}
+    paced = {"sglang_lab_token_seconds": 0.02, "sglang_lab_balancer": True}
     deploy(inventory, hosts, paced)
     run(
         [

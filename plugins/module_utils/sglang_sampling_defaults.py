@@ -166,18 +166,16 @@ def write_atomic(path: str, text: str, mode: int = 0o644, like: str | None = Non
         raise
 
 
-# Results other parts of the collection leave for the metrics: heal.json (each heal), rollout.json (each apply).
-STATUS_DIR = os.environ.get("SGLANG_DSV4_STATUS_DIR", "/var/lib/sglang-dsv4")
+# Results other parts of the collection leave for the metrics in the layout's status_dir (roles/sglang_common, passed
+# on every command line): heal.json (each heal), rollout.json (each apply).
+def write_status(status_dir: str, name: str, entry: dict[str, Any]) -> None:
+    os.makedirs(status_dir, mode=0o755, exist_ok=True)
+    write_atomic(os.path.join(status_dir, name), json.dumps(entry, sort_keys=True) + "\n", mode=0o644)
 
 
-def write_status(name: str, entry: dict[str, Any]) -> None:
-    os.makedirs(STATUS_DIR, mode=0o755, exist_ok=True)
-    write_atomic(os.path.join(STATUS_DIR, name), json.dumps(entry, sort_keys=True) + "\n", mode=0o644)
-
-
-def read_status(name: str) -> dict[str, Any] | None:
+def read_status(status_dir: str, name: str) -> dict[str, Any] | None:
     try:
-        with open(os.path.join(STATUS_DIR, name), encoding="utf-8") as handle:
+        with open(os.path.join(status_dir, name), encoding="utf-8") as handle:
             entry = json.load(handle)
     except (OSError, ValueError):
         return None
@@ -398,7 +396,9 @@ METRIC_HELP = {
 }
 
 
-def metrics(managed_path: str, target_path: str, units: dict[str, str], now: float | None = None) -> str:
+def metrics(
+    status_dir: str, managed_path: str, target_path: str, units: dict[str, str], now: float | None = None
+) -> str:
     """The textfile-collector metrics of the sampling defaults on this host, decided by content."""
     samples: list[tuple[str, dict[str, str], float]] = [
         ("sglang_dsv4_defaults_check_timestamp_seconds", {}, time.time() if now is None else now)
@@ -434,14 +434,14 @@ def metrics(managed_path: str, target_path: str, units: dict[str, str], now: flo
         started = state.get("ExecMainStartTimestamp", "").lstrip("@")
         if active and started.replace(".", "", 1).isdigit():
             samples.append(("sglang_dsv4_server_start_time_seconds", labels, float(started)))
-    rollout = read_status("rollout.json")
+    rollout = read_status(status_dir, "rollout.json")
     if rollout and _is_number(rollout.get("time")):
         samples.append(("sglang_dsv4_last_rollout_timestamp_seconds", {}, float(rollout["time"])))
         samples.append(("sglang_dsv4_last_rollout_success", {}, 1.0 if rollout.get("success") else 0.0))
         # Results written before the outcome was recorded were always rolled back when they failed.
         rolled_back = rollout.get("rolled_back", not rollout.get("success"))
         samples.append(("sglang_dsv4_last_rollout_rolled_back", {}, 1.0 if rolled_back else 0.0))
-    healed = read_status("heal.json")
+    healed = read_status(status_dir, "heal.json")
     if healed and _is_number(healed.get("time")):
         samples.append(("sglang_dsv4_last_heal_timestamp_seconds", {}, float(healed["time"])))
         samples.append(("sglang_dsv4_last_heal_rewrote", {}, 1.0 if healed.get("rewrote") else 0.0))
@@ -453,9 +453,10 @@ def metrics(managed_path: str, target_path: str, units: dict[str, str], now: flo
     return "\n".join(lines) + "\n"
 
 
-USAGE = """usage: sglang_sampling_defaults.py heal MANAGED_JSON TARGET_GENERATION_CONFIG_JSON
+USAGE = """usage: sglang_sampling_defaults.py heal STATUS_DIR MANAGED_JSON TARGET_GENERATION_CONFIG_JSON
        sglang_sampling_defaults.py record RECORD_JSON INPUT...
-       sglang_sampling_defaults.py metrics OUT_PROM MANAGED_JSON TARGET_GENERATION_CONFIG_JSON UNIT=ROLE..."""
+       sglang_sampling_defaults.py metrics STATUS_DIR OUT_PROM MANAGED_JSON TARGET_GENERATION_CONFIG_JSON \
+           UNIT=ROLE..."""
 
 
 def say(line: str, stream=None) -> None:
@@ -464,14 +465,14 @@ def say(line: str, stream=None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "heal":
-        managed, target = argv[1:]
+    if len(argv) == 4 and argv[0] == "heal":
+        status_dir, managed, target = argv[1:]
         try:
             healed = heal(managed, target)
         except UnsafeFileError as error:
             say(f"sglang-dsv4: refusing to heal: {error}", sys.stderr)
             return 1
-        write_status("heal.json", {"time": time.time(), "rewrote": healed, "path": target})
+        write_status(status_dir, "heal.json", {"time": time.time(), "rewrote": healed, "path": target})
         if healed:
             say(f"sglang-dsv4: {target} had drifted from the managed sampling defaults; re-applied {managed}")
         else:
@@ -485,10 +486,10 @@ def main(argv: list[str]) -> int:
             return 1
         say(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")
         return 0
-    if len(argv) >= 4 and argv[0] == "metrics" and all("=" in unit for unit in argv[4:]):
-        out, managed, target = argv[1:4]
-        units = dict(unit.split("=", 1) for unit in argv[4:])
-        write_atomic(out, metrics(managed, target, units), mode=0o644)
+    if len(argv) >= 5 and argv[0] == "metrics" and all("=" in unit for unit in argv[5:]):
+        status_dir, out, managed, target = argv[1:5]
+        units = dict(unit.split("=", 1) for unit in argv[5:])
+        write_atomic(out, metrics(status_dir, managed, target, units), mode=0o644)
         return 0
     say(USAGE, sys.stderr)
     return 2

@@ -79,7 +79,7 @@ def test_heal_creates_a_missing_file(tmp_path):
     managed = tmp_path / "managed.json"
     managed.write_text(json.dumps(PROJECT))
     target = tmp_path / "generation_config.json"
-    assert sd.main(["heal", str(managed), str(target)]) == 0
+    assert sd.main(["heal", str(tmp_path / "status"), str(managed), str(target)]) == 0
     assert json.loads(target.read_text()) == {"temperature": 0.6, "top_p": 0.95, "do_sample": True}
 
 
@@ -96,10 +96,9 @@ def _metrics(tmp_path, monkeypatch, config, units, journal="", state=None):
     target = tmp_path / "generation_config.json"
     if config is not None:
         target.write_text(json.dumps(config))
-    monkeypatch.setattr(sd, "STATUS_DIR", str(tmp_path / "status"))
     monkeypatch.setattr(sd, "_unit_state", lambda unit: (state or {}).get(unit, {}))
     monkeypatch.setattr(sd, "_journal", lambda invocation: journal if invocation == "inv-1" else "")
-    text = sd.metrics(str(managed), str(target), units, now=100.0)
+    text = sd.metrics(str(tmp_path / "status"), str(managed), str(target), units, now=100.0)
     values = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
@@ -141,7 +140,7 @@ def test_metrics_formatting_alone_is_not_drift(tmp_path, monkeypatch):
     _unused, target = _metrics(tmp_path, monkeypatch, None, {}, "")
     Path(target).write_text(json.dumps(config, indent=7, sort_keys=True))
     monkeypatch.setattr(sd, "_unit_state", lambda unit: {})
-    text = sd.metrics(str(tmp_path / "managed.json"), target, {}, now=1.0)
+    text = sd.metrics(str(tmp_path / "status"), str(tmp_path / "managed.json"), target, {}, now=1.0)
     assert f'sglang_dsv4_generation_config_in_sync{{path="{target}"}} 1.0' in text
 
 
@@ -153,13 +152,12 @@ def test_metrics_report_an_inactive_server_and_a_missing_file(tmp_path, monkeypa
 
 
 def test_heal_and_rollout_results_reach_the_metrics(tmp_path, monkeypatch):
-    monkeypatch.setattr(sd, "STATUS_DIR", str(tmp_path / "status"))
     managed = tmp_path / "managed.json"
     managed.write_text(json.dumps(PROJECT))
     target = tmp_path / "generation_config.json"
     target.write_text(PLANTED)
-    assert sd.main(["heal", str(managed), str(target)]) == 0
-    sd.write_status("rollout.json", {"time": 50.0, "success": False, "run": "r1"})
+    assert sd.main(["heal", str(tmp_path / "status"), str(managed), str(target)]) == 0
+    sd.write_status(str(tmp_path / "status"), "rollout.json", {"time": 50.0, "success": False, "run": "r1"})
     values, _unused = _metrics(tmp_path, monkeypatch, json.loads(target.read_text()), {})
     assert values["sglang_dsv4_last_heal_rewrote"] == 1
     assert values["sglang_dsv4_last_rollout_success"] == 0
@@ -171,10 +169,13 @@ def test_metrics_command_writes_the_textfile_atomically(tmp_path, monkeypatch):
     out = tmp_path / "sglang_dsv4.prom"
     managed = tmp_path / "managed.json"
     managed.write_text(json.dumps(PROJECT))
-    assert sd.main(["metrics", str(out), str(managed), str(tmp_path / "missing.json"), "a.service=prefill"]) == 0
+    status = str(tmp_path / "status")
+    assert (
+        sd.main(["metrics", status, str(out), str(managed), str(tmp_path / "missing.json"), "a.service=prefill"]) == 0
+    )
     assert "sglang_dsv4_managed_defaults_present 1.0" in out.read_text()
     assert oct(out.stat().st_mode & 0o777) == "0o644"
-    assert sd.main(["metrics", str(out), str(managed)]) == 2
+    assert sd.main(["metrics", status, str(out), str(managed)]) == 2
 
 
 def test_a_link_at_generation_config_is_refused_by_load_and_heal(tmp_path):

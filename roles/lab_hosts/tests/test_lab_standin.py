@@ -348,6 +348,16 @@ def gauge(url: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
+def until(predicate, timeout: float = 10) -> bool:
+    """Polls instead of sleeping a guessed time: a busy machine only makes it slower, never wrong."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def test_a_stream_is_one_event_per_token_paced_and_ends_with_done(model):
     url, proc = decode_server(model)
     try:
@@ -392,12 +402,13 @@ def test_the_slow_first_token_fault_delays_the_first_token_and_shows_in_the_ttft
 def test_sigterm_drains_like_sglang_health_503_new_requests_served_exit_when_idle(model):
     url, proc = decode_server(model)
     results: dict = {}
-    reader = threading.Thread(target=lambda: results.update(first=stream(url, tokens=40)))
+    # 100 tokens of 50 ms: the stream runs for 5 s, far longer than the checks below take.
+    reader = threading.Thread(target=lambda: results.update(first=stream(url, tokens=100)))
     reader.start()
-    time.sleep(0.4)
+    assert until(lambda: gauge(url, "sglang:num_running_reqs") == 1)
     proc.popen.send_signal(signal.SIGTERM)
-    time.sleep(0.1)
-    assert call(url + "/health")[0] == 503 and call(url + "/health_generate")[0] == 503
+    assert until(lambda: call(url + "/health")[0] == 503)
+    assert call(url + "/health_generate")[0] == 503
     assert call(url + "/ready")[0] == 503
     # Still accepted while draining (SGLang does not refuse new requests when gracefully_exit is set).
     late = call(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})
@@ -422,11 +433,12 @@ def test_sgl_force_shutdown_exits_without_waiting(model):
 def test_max_running_requests_queues_the_rest(model):
     url, proc = decode_server(model, "--max-running-requests", "1")
     try:
-        readers = [threading.Thread(target=stream, args=(url, 30)), threading.Thread(target=stream, args=(url, 30))]
+        # Two streams of 5 s each: the first still runs while the second waits for it.
+        readers = [threading.Thread(target=stream, args=(url, 100)), threading.Thread(target=stream, args=(url, 100))]
         for reader in readers:
             reader.start()
-        time.sleep(0.5)
-        assert (gauge(url, "sglang:num_running_reqs"), gauge(url, "sglang:num_queue_reqs")) == (1, 1)
+        running = lambda: (gauge(url, "sglang:num_running_reqs"), gauge(url, "sglang:num_queue_reqs"))  # noqa: E731
+        assert until(lambda: running() == (1, 1)), running()
         for reader in readers:
             reader.join(timeout=30)
         assert (gauge(url, "sglang:num_running_reqs"), gauge(url, "sglang:num_queue_reqs")) == (0, 0)
