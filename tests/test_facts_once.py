@@ -116,3 +116,27 @@ def test_the_rule_finds_what_it_is_for(tmp_path: Path) -> None:
         "r_name | default('x') (the default of r)"
     ]
     assert restated("r_port: '8000'\n", None, True, defaults) == []
+
+
+NEWCOMER = {
+    "Where is the temperature default set?": (
+        "roles/sglang_genconfig/defaults/main.yml",
+        "sglang_genconfig_temperature:",
+    ),
+    "Where is the model path set?": ("roles/sglang_common/defaults/main.yml", "sglang_common_model_path:"),
+    "Where is the router's port set?": ("roles/sglang_services/defaults/main.yml", "  router:\n    mode: router"),
+    "What restarts prefill and decode?": ("plugins/module_utils/sglang_plan.py", "What restarts the services"),
+    "How do I add a server flag the collection manages?": ("plugins/module_utils/sglang_flags.py", "SERVER_FLAGS"),
+}
+
+
+@pytest.mark.parametrize("question", NEWCOMER)
+def test_the_readme_answers_each_newcomer_question_with_the_one_file_that_holds_it(question: str) -> None:
+    path, holds = NEWCOMER[question]
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| {question} |"))
+    assert f"`{path}`" in row
+    assert holds in (ROOT / path).read_text()
+    if path.startswith("roles/") and path.endswith("defaults/main.yml"):
+        name = holds.split(":")[0].strip()
+        others = [p for p in ROOT.glob("roles/*/defaults/main.yml") if p != ROOT / path]
+        assert not any(re.search(rf"^{re.escape(name)}:", p.read_text(), re.M) for p in others), name
