@@ -1,18 +1,24 @@
 """Benchmarks rollouts on lab hosts and writes BENCHMARKS.md.
 
-    .venv/bin/python bench/bench.py [--hosts 4] [--runs 3]
+    .venv/bin/python bench/bench.py [--sizes 1,2,4,8] [--change-sizes 1,4] [--runs 3] [--load]
 
-Boots N lab hosts (prefix dsv4-bench) once, deploys onto them, then measures in each run, on one host (the first,
-with --limit) and on all N:
-  floor            a bare `ansible -m ping` plus bench/floor.yml (stat every managed file, check the units)
-  no-op            ansible-playbook deploy.yml with nothing to do (plan and light proof only)
-  sampling change  deploy.yml with a new temperature (all N at once: -e sglang_rollout_batch=N)
-  article's way    the source article's manual fix (ssh, heredoc, systemctl restart), for comparison
-  under load       a sampling change rolled over all N hosts one at a time (batch 1) while bench/loadgen.py sends
-                   streaming chat requests through the lab balancer (HAProxy), with the drain on and off:
-                   requests answered, refused and cut mid-stream (--load-only: only this, replacing its section)
-Wall times are medians over the runs; ratios are of medians measured in this one run of the script. Restarts
-are counted from the hosts' journals. Everything runs on loopback; the hosts are removed at the end.
+Boots the largest size of lab hosts (prefix dsv4-bench) once, deploys onto them, then measures in each run, on the
+first N hosts (--limit):
+  floor            a bare `ansible -m ping` plus bench/floor.yml (stat every managed file, check the units), on
+                   each N of --sizes
+  no-op            ansible-playbook deploy.yml with nothing to do (plan and light proof only), on each N of --sizes
+  sampling change  deploy.yml with a new temperature (all N at once: -e sglang_rollout_batch=N), each N of
+                   --change-sizes
+  by hand          the least a verified change can cost done by hand, on the same N hosts in parallel: write the
+                   managed defaults and generation_config.json, restart prefill and decode in one systemctl call,
+                   wait for both servers' /health and the router's /readiness, one chat request with the key
+  article's way    the source article's manual fix (ssh, heredoc, systemctl restart), on the largest change size
+  under load       (--load, or --load-only to replace only that section) a sampling change rolled over 4 hosts
+                   one at a time (batch 1) while bench/loadgen.py sends streaming chat requests through the lab
+                   balancer (HAProxy), with the drain on and off: requests answered, refused and cut mid-stream
+Wall times are medians over the runs; slopes are least-squares fits of the medians against N; ratios are of
+medians measured in this one run of the script. Restarts are counted from the hosts' journals. Everything runs on
+loopback; the hosts are removed at the end. Without --load, the under-load section of the output is kept.
 """
 
 from __future__ import annotations
@@ -139,40 +145,119 @@ def articles_way(hosts: int, temperature: float) -> float:
     return time.monotonic() - start
 
 
+HAND_CHANGE = r"""
+import json, sys, time, urllib.request
+temperature, key, base = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+managed, target = "/etc/sglang-dsv4/sampling-defaults.json", "/srv/models/DeepSeek-V4-Flash/generation_config.json"
+for path in (managed, target):
+    with open(path) as handle:
+        data = json.load(handle)
+    data["temperature"] = temperature
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+"""
+HAND_WAIT = r"""
+import json, sys, time, urllib.request, urllib.error
+key, base = sys.argv[1], int(sys.argv[2])
+def status(url, body=None):
+    request = urllib.request.Request(url, data=body)
+    request.add_header("Authorization", f"Bearer {key}")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except (urllib.error.URLError, OSError) as error:
+        return getattr(error, "code", 0)
+for url in (f"http://127.0.0.1:{base + 1}/health", f"http://127.0.0.1:{base + 2}/health", f"http://127.0.0.1:{base}/readiness"):
+    while status(url) != 200:
+        time.sleep(0.1)
+body = json.dumps({"model": "deepseek-ai/DeepSeek-V4-Flash", "messages": [{"role": "user", "content": "hi"}],
+                   "max_tokens": 16}).encode()
+sys.exit(0 if status(f"http://127.0.0.1:{base}/v1/chat/completions", body) == 200 else 1)
+"""
+
+
+def by_hand(hosts: int, temperature: float, key: str) -> float:
+    """The least a verified change costs by hand, every host in parallel (one ssh session each)."""
+    start = time.monotonic()
+    sessions = []
+    for n, port in enumerate(ports(hosts), start=1):
+        base = SERVICE_PORT_BASE + n * 10
+        command = (
+            f"python3 - {temperature} {key} {base} <<'EOF'\n{HAND_CHANGE}\nEOF\n"
+            "systemctl restart sglang-dsv4-prefill.service sglang-dsv4-decode.service\n"
+            f"python3 - {key} {base} <<'EOF'\n{HAND_WAIT}\nEOF\n"
+        )
+        argv = [
+            "ssh",
+            "-i",
+            KEY,
+            "-p",
+            str(port),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ]
+        sessions.append(subprocess.Popen([*argv, "-o", "LogLevel=ERROR", "root@127.0.0.1", command]))
+    codes = [session.wait() for session in sessions]
+    if any(codes):
+        raise RuntimeError(f"the change by hand failed: exit codes {codes}")
+    return time.monotonic() - start
+
+
 def second_boundary() -> float:
     """journalctl --since has one-second resolution: start each measurement on a fresh second."""
     time.sleep(1.05 - (time.time() % 1))
     return time.time()
 
 
-def measure(hosts: int, runs: int, inventory: Path) -> dict:
+def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) -> dict:
     samples: dict[str, list] = {}
+    largest = max(sizes)
+    key = lab_key()
 
     def add(name: str, seconds: float, starts: dict | None = None, changed: int | None = None) -> None:
         samples.setdefault(name, []).append({"seconds": seconds, "starts": starts, "changed": changed})
 
     mark = second_boundary()
-    seconds, changed = deploy(inventory, hosts)
-    add(f"first deploy, {hosts} hosts", seconds, starts_since(hosts, mark), changed)
-    temperatures = iter([0.7, 0.65] * runs)
+    seconds, changed = deploy(inventory, largest)
+    add(f"first deploy, {largest} hosts", seconds, starts_since(largest, mark), changed)
+    temperatures = iter([0.7, 0.65, 0.75, 0.8] * runs * len(changes))
     for index in range(runs):
-        for count in (1, hosts):
+        for count in sizes:
             add(f"floor, {count} host(s)", floor(inventory, count))
             mark = second_boundary()
             seconds, changed = deploy(inventory, count)
             add(f"no-op, {count} host(s)", seconds, starts_since(count, mark), changed)
+        for count in changes:
             mark = second_boundary()
-            seconds, changed = deploy(
-                inventory, count, {"sglang_genconfig_temperature": next(temperatures), "sglang_rollout_batch": count}
-            )
+            extra = {"sglang_genconfig_temperature": next(temperatures), "sglang_rollout_batch": count}
+            seconds, changed = deploy(inventory, count, extra)
             add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed)
+            mark = second_boundary()
+            add(f"by hand, {count} host(s)", by_hand(count, next(temperatures), key), starts_since(count, mark))
             # Back to the inventory's defaults, so the next no-op really has nothing to do.
             deploy(inventory, count)
         mark = second_boundary()
-        add(f"article's way, {hosts} host(s)", articles_way(hosts, 0.75), starts_since(hosts, mark))
-        deploy(inventory, hosts)
+        add(
+            f"article's way, {max(changes)} host(s)", articles_way(max(changes), 0.75), starts_since(max(changes), mark)
+        )
+        deploy(inventory, max(changes))
         print(f"run {index + 1}: " + ", ".join(f"{n} {s[-1]['seconds']:.1f}s" for n, s in samples.items()), flush=True)
     return samples
+
+
+def slope(samples: dict, kind: str, sizes: list[int]) -> tuple[float, float]:
+    """Least-squares fit of the medians against N: (seconds at N = 0, seconds per added host)."""
+    xs = [float(n) for n in sizes]
+    ys = [median(samples, f"{kind}, {n} host(s)") for n in sizes]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    per_host = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
+    return mean_y - per_host * mean_x, per_host
 
 
 def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[dict]:
@@ -273,7 +358,12 @@ drain) and then to servers that are loading. One run each; the outcome is what t
 """
 
 
-def report(samples: dict, hosts: int, runs: int, command: str) -> str:
+def projection(intercept: float, per_host: float, hosts: int) -> str:
+    seconds = intercept + per_host * hosts
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def report(samples: dict, sizes: list[int], changes: list[int], runs: int, command: str) -> str:
     rows = [
         "| step | median wall time | starts per kind of unit (median) | changed (median) |",
         "|---|---:|---|---:|",
@@ -282,34 +372,40 @@ def report(samples: dict, hosts: int, runs: int, command: str) -> str:
         changed = [s["changed"] for s in samples[name] if s["changed"] is not None]
         shown = f"{statistics.median(changed):g}" if changed else ""
         rows.append(f"| {name} | {median(samples, name):.1f} s | {starts(samples, name)} | {shown} |")
-    one, many = "1 host(s)", f"{hosts} host(s)"
-    ratios = [
-        ("no-op on 1 host / floor on 1 host", median(samples, f"no-op, {one}") / median(samples, f"floor, {one}"), 2.0),
-        (
-            f"no-op on {hosts} hosts / no-op on 1 host",
-            median(samples, f"no-op, {many}") / median(samples, f"no-op, {one}"),
-            1.3,
-        ),
-        (
-            f"sampling change on {hosts} hosts (batch {hosts}) / on 1 host",
-            median(samples, f"sampling change, {many}") / median(samples, f"sampling change, {one}"),
-            1.5,
-        ),
-        (
-            f"sampling change on {hosts} hosts / article's way on {hosts} hosts",
-            median(samples, f"sampling change, {many}") / median(samples, f"article's way, {many}"),
-            None,
-        ),
+    noop_a, noop_b = slope(samples, "no-op", sizes)
+    floor_a, floor_b = slope(samples, "floor", sizes)
+    scale = ["| N hosts | floor | no-op | no-op / floor |", "|---:|---:|---:|---:|"]
+    for n in sizes:
+        f, o = median(samples, f"floor, {n} host(s)"), median(samples, f"no-op, {n} host(s)")
+        scale.append(f"| {n} | {f:.1f} s | {o:.1f} s | {o / f:.2f} |")
+    slopes = [
+        "| | seconds at N = 0 (fit) | seconds per added host (slope) | 100 hosts (projected)"
+        " | 1,000 hosts (projected) |",
+        "|---|---:|---:|---:|---:|",
     ]
-    ratio_rows = ["| ratio | measured | target |", "|---|---:|---:|"]
-    for name, value, target in ratios:
-        ratio_rows.append(f"| {name} | {value:.2f} | {'at most ' + str(target) if target else ''} |")
+    for kind, (at_zero, per_host) in (("floor", (floor_a, floor_b)), ("no-op", (noop_a, noop_b))):
+        hundred, thousand = projection(at_zero, per_host, 100), projection(at_zero, per_host, 1000)
+        slopes.append(f"| {kind} | {at_zero:.1f} | {per_host:.2f} | {hundred} | {thousand} |")
+    ratio = noop_b / floor_b if floor_b > 0 else float("inf")
+    verdict = "meets" if ratio <= 1.2 else "misses"
+    change_rows = [
+        "| N hosts (batch N) | sampling change through deploy.yml | by hand (the minimum) | ratio"
+        " | restarts, deploy.yml | restarts, by hand |",
+        "|---:|---:|---:|---:|---|---|",
+    ]
+    for n in changes:
+        c, h = median(samples, f"sampling change, {n} host(s)"), median(samples, f"by hand, {n} host(s)")
+        change_rows.append(
+            f"| {n} | {c:.1f} s | {h:.1f} s | {c / h:.2f} | {starts(samples, f'sampling change, {n} host(s)')}"
+            f" | {starts(samples, f'by hand, {n} host(s)')} |"
+        )
     return f"""# Benchmarks
 
 Produced by `{command}` (script: `bench/bench.py`) on {time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores,
-{platform.system()} {platform.release()}, {hosts} lab hosts (systemd-nspawn; the real sglang-router, the lab
-stand-in for the GPU servers), {runs} runs. Wall times are medians; every ratio is of medians measured in this
-one run of the script. Starts are the `Started sglang-dsv4-*` lines in the hosts' journals during the step.
+{platform.system()} {platform.release()}, up to {max(sizes)} lab hosts (systemd-nspawn; the real sglang-router, the
+lab stand-in for the GPU servers), {runs} runs, `forks = 8` (ansible.cfg). Wall times are medians; slopes are
+least-squares fits of the medians against N; every ratio is of medians measured in this one run of the script.
+Starts are the `Started sglang-dsv4-*` lines in the hosts' journals during the step.
 
 - *floor*: a bare `ansible -m ping` plus `bench/floor.yml` (stat every managed file, check the units are
   active) on the same hosts: the least any check of the fleet costs.
@@ -317,42 +413,73 @@ one run of the script. Starts are the `Started sglang-dsv4-*` lines in the hosts
   read of each host) and the light proof (health, `/server_info`, the startup line of each server's current
   start); no host is locked or changed.
 - *sampling change*: a new temperature through `deploy.yml`, all hosts in one batch
-  (`-e sglang_rollout_batch=N`): plan, lock, snapshot, write, restart prefill and decode, full verification.
-- *article's way*: the source article's manual fix (per host: ssh, overwrite generation_config.json with a
-  heredoc, `systemctl restart` prefill and decode); it verifies nothing, and on these hosts the units'
-  pre-start healer undoes it at the restart it triggers.
+  (`-e sglang_rollout_batch=N`): plan, lock, snapshot, write, drain, restart prefill and decode, back into
+  rotation, full verification (health, `/server_info`, the startup line, four chat requests and one at
+  temperature 0), result, unlock.
+- *by hand*: the least a verified change can cost, every host in parallel over one ssh session each: write the
+  managed defaults and generation_config.json, restart prefill and decode in one `systemctl restart`, wait for
+  both servers' `/health` and the router's `/readiness`, one chat request with the client key.
+- *article's way*: the source article's manual fix (per host, one after the other: ssh, overwrite
+  generation_config.json with a heredoc, `systemctl restart` prefill and decode); it verifies nothing, and on these
+  hosts the units' pre-start healer undoes it at the restart it triggers.
 
 {chr(10).join(rows)}
 
-{chr(10).join(ratio_rows)}
+## The no-op as the fleet grows
+
+{chr(10).join(scale)}
+
+{chr(10).join(slopes)}
+
+The no-op's slope is {ratio:.2f}x the floor's (goal: at most 1.2x; it {verdict} it). The projections extend the
+fitted lines with the same `forks = 8` on this 2-core controller: each added host adds the measured seconds,
+because the controller's CPU, not the number of forks, is what the hosts wait for here (every task of every host is
+a worker process on the controller).
+
+## A verified change against its minimum
+
+{chr(10).join(change_rows)}
+
+Goal: at most 1.5x the minimum at N = 1 and 4, with the same restarts.
 """
+
+
+def sizes_of(text: str) -> list[int]:
+    values = sorted({int(word) for word in text.split(",") if word.strip()})
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of host counts such as 1,2,4,8")
+    return values
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--sizes", type=sizes_of, default=[1, 2, 4, 8], help="host counts of the no-op and floor")
+    parser.add_argument("--change-sizes", type=sizes_of, default=[1, 4], help="host counts of the sampling change")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--load", action="store_true", help="also the rollout under load (4 hosts, drain on and off)")
     parser.add_argument(
         "--load-only", action="store_true", help="only the rollout under load; replaces that section of --output"
     )
     args = parser.parse_args(argv)
+    hosts = max([*args.sizes, *args.change_sizes, 4 if args.load or args.load_only else 1])
     with tempfile.TemporaryDirectory() as tmp:
         inventory = Path(tmp) / "hosts.yml"
-        lab(args.hosts, "absent", inventory)
-        lab(args.hosts, "present", inventory)
+        lab(hosts, "absent", inventory)
+        lab(hosts, "present", inventory)
         try:
-            samples = {} if args.load_only else measure(args.hosts, args.runs, inventory)
-            loaded = under_load(args.hosts, inventory, [0.7, 0.65]) if args.hosts > 1 else []
+            samples = {} if args.load_only else measure(args.sizes, args.change_sizes, args.runs, inventory)
+            loaded = under_load(4, inventory, [0.7, 0.65]) if args.load or args.load_only else []
         finally:
-            lab(args.hosts, "absent", inventory)
+            lab(hosts, "absent", inventory)
     command = "make bench" if argv == [] else f".venv/bin/python bench/bench.py {' '.join(argv)}"
-    loads = load_report(loaded, args.hosts, command) if loaded else ""
+    old = args.output.read_text() if args.output.exists() else ""
+    kept = (LOAD_HEADING + old.split(LOAD_HEADING, 1)[1]) if LOAD_HEADING in old else ""
+    loads = load_report(loaded, 4, command) if loaded else "\n" + kept if kept else ""
     if args.load_only:
-        kept = args.output.read_text().split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" if args.output.exists() else ""
-        args.output.write_text(kept + loads)
+        args.output.write_text(old.split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" + loads)
     else:
-        args.output.write_text(report(samples, args.hosts, args.runs, command) + loads)
+        args.output.write_text(report(samples, args.sizes, args.change_sizes, args.runs, command) + loads)
     print(args.output.read_text())
     return 0
 
