@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-LAUNCHER = Path(__file__).resolve().parents[2] / "roles/sglang_runtime/files/sglang_with_secret.py"
+LAUNCHER = Path(__file__).resolve().parents[2] / "roles/sglang_common/files/sglang_with_secret.py"
 
 
 def run(tmp_path: Path, with_credential: bool, with_admin: bool = False) -> str:

@@ -1,4 +1,4 @@
-"""The rollout's snapshot helper (files/sglang_snapshot.py): byte for byte back, never through a planted link."""
+"""The snapshot helper (roles/sglang_common/files/sglang_snapshot.py): byte for byte back, never through a link."""
 
 from __future__ import annotations
 

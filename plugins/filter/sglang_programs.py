@@ -1,0 +1,35 @@
+"""The collection's host programs, in one place: what the roles install on a host or run there.
+
+Every program a host runs comes from this one set: the helper (plugins/module_utils/sglang_sampling_defaults.py,
+which the modules import too) and roles/sglang_common/files/ (the health gate, the router's key launcher, the
+snapshot). `sglang_host_program` is how a role reaches one, by name, never through another role's path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+COLLECTION = Path(__file__).resolve().parents[2]
+PROGRAMS = {
+    "sglang_sampling_defaults.py": COLLECTION / "plugins/module_utils/sglang_sampling_defaults.py",
+    "sglang_wait_healthy.py": COLLECTION / "roles/sglang_common/files/sglang_wait_healthy.py",
+    "sglang_with_secret.py": COLLECTION / "roles/sglang_common/files/sglang_with_secret.py",
+    "sglang_snapshot.py": COLLECTION / "roles/sglang_common/files/sglang_snapshot.py",
+}
+
+
+def sglang_host_program(name: str, what: str = "content") -> str:
+    """One host program by name: its text (what=content) or its path on the controller (what=path)."""
+    if name not in PROGRAMS:
+        raise ValueError(f"{name!r} is not one of the collection's host programs ({', '.join(sorted(PROGRAMS))})")
+    if what == "path":
+        return str(PROGRAMS[name])
+    if what != "content":
+        raise ValueError(f"what={what!r} must be content or path")
+    return PROGRAMS[name].read_text(encoding="utf-8")
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"sglang_host_program": sglang_host_program}
