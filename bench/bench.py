@@ -146,7 +146,7 @@ def articles_way(hosts: int, temperature: float) -> float:
 
 
 HAND_CHANGE = r"""
-import json, sys, time, urllib.request
+import json, sys
 temperature, key, base = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 managed, target = "/etc/sglang-dsv4/sampling-defaults.json", "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 for path in (managed, target):

@@ -43,16 +43,25 @@ def call(url: str, body: dict | None = None, key: str | None = None) -> tuple[in
         return error.code, None
 
 
-def wait_status(url: str, status: int, timeout: float = 10) -> None:
+def until(predicate, timeout: float = 10) -> bool:
+    """Polls instead of sleeping a guessed time: a busy machine only makes it slower, never wrong."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if call(url)[0] == status:
-                return
-        except OSError:  # not listening yet
-            pass
+        if predicate():
+            return True
         time.sleep(0.05)
-    raise AssertionError(f"{url} never answered {status}")
+    return predicate()
+
+
+def wait_status(url: str, status: int, timeout: float = 10) -> None:
+    def answered() -> bool:
+        try:
+            return call(url)[0] == status
+        except OSError:  # not listening yet
+            return False
+
+    if not until(answered, timeout):
+        raise AssertionError(f"{url} never answered {status}")
 
 
 class Proc:
@@ -349,16 +358,6 @@ def gauge(url: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
-def until(predicate, timeout: float = 10) -> bool:
-    """Polls instead of sleeping a guessed time: a busy machine only makes it slower, never wrong."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def test_a_stream_is_one_event_per_token_paced_and_ends_with_done(model):
     url, proc = decode_server(model)
     try:
@@ -408,7 +407,7 @@ def test_sigterm_drains_like_sglang_health_503_new_requests_served_exit_when_idl
     reader.start()
     assert until(lambda: gauge(url, "sglang:num_running_reqs") == 1)
     proc.popen.send_signal(signal.SIGTERM)
-    assert until(lambda: call(url + "/health")[0] == 503)
+    wait_status(url + "/health", 503)
     assert call(url + "/health_generate")[0] == 503
     assert call(url + "/ready")[0] == 503
     # Still accepted while draining (SGLang does not refuse new requests when gracefully_exit is set).
