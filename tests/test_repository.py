@@ -122,6 +122,8 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
                     "hosts": "localhost",
                     "connection": "local",
                     "gather_facts": False,
+                    # The services' checks want an admin key; rendering needs only that there is one.
+                    "vars": {"sglang_services_admin_key": "repository-test-admin-key-0123456789"},
                     "tasks": [
                         {
                             "name": "Runtime checks and launchers",
@@ -141,10 +143,19 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
                             },
                         },
                         {
-                            "name": "Units rendered from the installed collection's template",
+                            "name": "Service checks",
                             "ansible.builtin.include_role": {
                                 "name": "dsv4.sglang.sglang_services",
-                                "tasks_from": "desired",
+                                "tasks_from": "preflight",
+                                "public": True,
+                            },
+                            "vars": {"sglang_runtime_kind": "lab_standin"},
+                        },
+                        {
+                            "name": "Units rendered from the installed collection's template",
+                            "dsv4.sglang.sglang_desired_state": {
+                                "layout": "{{ _sglang_common_layout }}",
+                                "services": "{{ _sglang_services_desired_settings }}",
                             },
                             "vars": {"sglang_runtime_kind": "lab_standin"},
                         },
@@ -152,7 +163,7 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
                             "name": "Write the prefill unit",
                             "ansible.builtin.copy": {
                                 "dest": str(tmp_path / "units/sglang-dsv4-prefill.service"),
-                                "content": "{{ (sglang_services_desired.files | selectattr('unit', 'defined')"
+                                "content": "{{ (sglang_desired.files | selectattr('unit', 'defined')"
                                 " | first).content }}",
                                 "mode": "0644",
                             },

@@ -74,8 +74,9 @@ MANAGED_FILES = (
 STATE_PROBE = r"""
 import glob, json, subprocess, sys
 sys.path.insert(0, "/usr/local/libexec/sglang-dsv4")
-import sglang_sampling_defaults as s
-files = {p: s.file_digest(p, follow=False) for pattern in sys.argv[1].split() for p in sorted(glob.glob(pattern))}
+import sglang_files, sglang_records, sglang_sampling_defaults
+digest = sglang_files.file_digest
+files = {p: digest(p, follow=False) for pattern in sys.argv[1].split() for p in sorted(glob.glob(pattern))}
 units = {}
 for unit in ("prefill", "decode", "router"):
     name = "sglang-dsv4-" + unit
@@ -94,8 +95,8 @@ for unit in ("prefill", "decode", "router"):
         "pid": props.get("MainPID"),
         "invocation": props.get("InvocationID"),
         "recorded": bool(record) and record.get("invocation") == props.get("InvocationID"),
-        "stale": sorted(p for p, d in (record or {}).get("inputs", {}).items() if s.input_digest(p) != d),
-        "logged": s.startup_defaults(journal),
+        "stale": sorted(p for p, d in (record or {}).get("inputs", {}).items() if sglang_records.input_digest(p) != d),
+        "logged": sglang_sampling_defaults.startup_defaults(journal),
     }
 import os
 print(json.dumps({"files": files, "units": units, "lock": os.path.lexists("/run/sglang-dsv4-deploy")}))

@@ -1,8 +1,9 @@
 """The collection's host programs, in one place: what the roles install on a host or run there.
 
-Every program a host runs comes from this one set: the helper (plugins/module_utils/sglang_sampling_defaults.py,
-which the modules import too) and roles/sglang_common/files/ (the health gate, the router's key launcher, the
-snapshot). `sglang_host_program` is how a role reaches one, by name, never through another role's path.
+Every program a host runs comes from this one set: roles/sglang_common/files/ (the helper's command line, the health
+gate, the router's key launcher, the snapshot) and the modules the helper runs beside it, one concern each, which
+live in plugins/module_utils because the collection's modules import them too. `sglang_host_program` is how a role
+reaches one, by name, never through another role's path.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from typing import Any
 
 COLLECTION = Path(__file__).resolve().parents[2]
 PROGRAMS = {
+    "sglang_helper.py": COLLECTION / "roles/sglang_common/files/sglang_helper.py",
+    "sglang_files.py": COLLECTION / "plugins/module_utils/sglang_files.py",
     "sglang_sampling_defaults.py": COLLECTION / "plugins/module_utils/sglang_sampling_defaults.py",
+    "sglang_records.py": COLLECTION / "plugins/module_utils/sglang_records.py",
+    "sglang_metrics.py": COLLECTION / "plugins/module_utils/sglang_metrics.py",
     "sglang_wait_healthy.py": COLLECTION / "roles/sglang_common/files/sglang_wait_healthy.py",
     "sglang_with_secret.py": COLLECTION / "roles/sglang_common/files/sglang_with_secret.py",
     "sglang_snapshot.py": COLLECTION / "roles/sglang_common/files/sglang_snapshot.py",

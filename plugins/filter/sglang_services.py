@@ -119,13 +119,13 @@ ROUTER_MODEL_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def unit_inputs(unit: str, name: str, server: bool, credentials: dict[str, str], settings: dict[str, Any]) -> list[str]:
-    """Everything a service starts from, as its start record names it (see module_utils/sglang_sampling_defaults.py):
+    """Everything a service starts from, as its start record names it (see module_utils/sglang_records.py):
     its unit and drop-ins, env file, credentials, the collection's programs it runs, the runtime's installed
     distributions, and the model files it reads."""
     layout, launcher = settings["layout"], settings["launcher"]
     inputs = [f"{layout['unit_dir']}/{unit}.service", f"{layout['unit_dir']}/{unit}.service.d/"]
     inputs += [f"{layout['conf_dir']}/{name}.env", *credentials.values()]
-    inputs += [layout["helper"], layout["wait_healthy"]]
+    inputs += [layout["helper"], *layout["helper_modules"], layout["wait_healthy"]]
     inputs += list(launcher["server_files" if server else "router_files"])
     runtime = launcher.get("server_runtime" if server else "router_runtime")
     if runtime:

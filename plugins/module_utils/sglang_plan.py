@@ -2,8 +2,8 @@
 
 Level-triggered: a service restarts when what it runs from differs from what it was started from, whatever
 this run did or did not change. Each server (and the router) records, at every start, the digest of its
-inputs under /run (`sglang_sampling_defaults.py record`). The plan compares that record with the digest its
-inputs will have once this run's files are in place:
+inputs under /run (`sglang_helper.py record`, module_utils/sglang_records.py). The plan compares that record
+with the digest its inputs will have once this run's files are in place:
 
   not running                       -> start it
   unit changed on disk, not loaded  -> daemon-reload and restart

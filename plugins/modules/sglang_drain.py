@@ -99,7 +99,7 @@ import urllib.error
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import read_regular, write_atomic
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
 
 # SGLang 0.5.23's load gauges (srt/observability/metrics_collector.py): what a server still has to finish.
 IN_FLIGHT = (

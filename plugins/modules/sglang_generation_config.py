@@ -61,14 +61,12 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import UnsafeFileError, load, write_atomic
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     SAMPLING_KEYS,
-    UnsafeFileError,
-    load,
     merge,
     render,
     validate,
-    write_atomic,
 )
 
 

@@ -152,7 +152,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
+    UnsafeFileError,
+    file_digest,
+    load,
+    read_regular,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
+    DISTRIBUTIONS,
+    distributions,
+    input_digest,
+    inputs_digest,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import (
     describe,
     drift,
@@ -162,16 +174,8 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import 
     unsafe_dir,
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
-    DISTRIBUTIONS,
-    UnsafeFileError,
     defaults_missing,
-    distributions,
-    file_digest,
-    input_digest,
-    inputs_digest,
-    load,
     merge,
-    read_regular,
     render,
     sampling_of,
     startup_defaults,

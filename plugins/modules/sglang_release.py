@@ -95,6 +95,7 @@ import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import write_atomic
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import (
     LOCK,
     MANIFEST,
@@ -105,7 +106,6 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import 
     releases_in,
     unsafe_dir,
 )
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import write_atomic
 
 FIND_MODULES = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if not importlib.util.find_spec(m)))"
 

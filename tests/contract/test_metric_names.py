@@ -4,7 +4,7 @@
   label names, which is also what the lab stand-in must emit;
 - smg_* against the sglang-router 0.3.2 binary (its metric names and label names are literals there);
 - DCGM_FI_* against dcgm-exporter's default counters (dcgm_default_counters.txt);
-- sglang_dsv4_* against the collection's own helper (plugins/module_utils/sglang_sampling_defaults.py).
+- sglang_dsv4_* against the collection's own helper (plugins/module_utils/sglang_metrics.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.module_utils.sglang_sampling_defaults import METRIC_HELP
+from plugins.module_utils.sglang_metrics import METRIC_HELP
 from roles.sglang_monitoring.tests.test_promtool import render_rules
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -149,10 +149,11 @@ def test_inputs_are_what_each_service_starts_from():
         "router_runtime": "/opt/sglang/venv",
     }
     specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, settings)}
+    # The helper set (its command line and the modules it runs) and the health gate.
     programs = [
-        "/usr/local/libexec/sglang-dsv4/sglang_sampling_defaults.py",
-        "/usr/local/libexec/sglang-dsv4/sglang_wait_healthy.py",
-    ]
+        f"/usr/local/libexec/sglang-dsv4/{name}.py"
+        for name in ("sglang_helper", "sglang_files", "sglang_sampling_defaults", "sglang_records", "sglang_metrics")
+    ] + ["/usr/local/libexec/sglang-dsv4/sglang_wait_healthy.py"]
     model = "/srv/models/DeepSeek-V4-Flash"
     assert specs["prefill"]["inputs"] == [
         "/etc/systemd/system/sglang-dsv4-prefill.service",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_files, sglang_records
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_plan as plan
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as sd
 
 RUNNING = {"active": "active", "invocation": "inv-1", "need_reload": False}
 GROUPS = {"sglang-dsv4-prefill": "servers", "sglang-dsv4-decode": "servers", "sglang-dsv4-router": "router"}
@@ -111,12 +111,12 @@ def test_record_holds_the_digest_of_its_inputs_and_the_defaults(tmp_path, monkey
     unit.write_text("[Service]\n")
     missing = tmp_path / "credential"
     monkeypatch.setenv("INVOCATION_ID", "inv-9")
-    entry = sd.record(str(tmp_path / "run/x.json"), [str(unit), str(config), str(missing)])
+    entry = sglang_records.record(str(tmp_path / "run/x.json"), [str(unit), str(config), str(missing)])
     assert entry["invocation"] == "inv-9"
     assert entry["defaults"] == {"temperature": 0.6, "top_p": 0.95}
     assert entry["inputs"][str(missing)] is None
-    digests = {p: sd.file_digest(p) for p in (str(unit), str(config), str(missing))}
-    assert entry["digest"] == sd.inputs_digest(digests)
+    digests = {p: sglang_files.file_digest(p) for p in (str(unit), str(config), str(missing))}
+    assert entry["digest"] == sglang_records.inputs_digest(digests)
     assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
     assert json.loads((tmp_path / "run/x.json").read_text())["digest"] == entry["digest"]
 
@@ -124,8 +124,8 @@ def test_record_holds_the_digest_of_its_inputs_and_the_defaults(tmp_path, monkey
 def test_touching_a_file_keeps_its_digest_and_an_edit_changes_it(tmp_path):
     path = tmp_path / "f"
     path.write_text("a")
-    before = sd.inputs_digest({str(path): sd.file_digest(str(path))})
+    before = sglang_records.inputs_digest({str(path): sglang_files.file_digest(str(path))})
     path.touch()
-    assert sd.inputs_digest({str(path): sd.file_digest(str(path))}) == before
+    assert sglang_records.inputs_digest({str(path): sglang_files.file_digest(str(path))}) == before
     path.write_text("b")
-    assert sd.inputs_digest({str(path): sd.file_digest(str(path))}) != before
+    assert sglang_records.inputs_digest({str(path): sglang_files.file_digest(str(path))}) != before

@@ -18,8 +18,11 @@ def test_hand_edit_is_gone(host):
 
 
 def test_healer_is_installed_root_owned(host):
-    healer = host.file("/usr/local/libexec/sglang-dsv4/sglang_sampling_defaults.py")
+    healer = host.file("/usr/local/libexec/sglang-dsv4/sglang_helper.py")
     assert (healer.user, healer.mode) == ("root", 0o755)
+    for module in ("sglang_files", "sglang_sampling_defaults", "sglang_records", "sglang_metrics"):
+        installed = host.file(f"/usr/local/libexec/sglang-dsv4/{module}.py")
+        assert (installed.user, installed.mode) == ("root", 0o644), module
     managed = json.loads(host.file("/etc/sglang-dsv4/sampling-defaults.json").content_string)
     assert managed["temperature"] == 0.6
 

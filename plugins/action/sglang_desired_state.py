@@ -1,0 +1,48 @@
+"""The action behind dsv4.sglang.sglang_desired_state: the host's one desired-state document, on the controller.
+
+It renders the services' templates (roles/sglang_services/templates) through Ansible's own template lookup, so
+that a unit is the same text a template task would write, and hands everything to the one function that builds
+the document (plugins/plugin_utils/sglang_desired.py). It never connects to the host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import lookup_loader
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_desired import ROLES, desired_state
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "roles/sglang_services/templates"
+FACT = "sglang_desired"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        unknown = sorted(set(args) - {"layout", *ROLES})
+        if unknown:
+            raise AnsibleActionFail(f"sglang_desired_state takes layout, {', '.join(ROLES)}; not {', '.join(unknown)}")
+        if not isinstance(args.get("layout"), dict):
+            raise AnsibleActionFail("sglang_desired_state needs layout (the on-host layout of sglang_common)")
+        lookup = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=self._templar)
+
+        def render(template: str, template_vars: dict[str, Any]) -> str:
+            return lookup.run([str(TEMPLATES / template)], variables=task_vars, template_vars=template_vars)[0]
+
+        base = task_vars.get(FACT)
+        document = desired_state(
+            args["layout"],
+            {role: args.get(role) for role in ROLES},
+            render,
+            base=self._templar.template(base) if base is not None else None,
+        )
+        result.update(changed=False, ansible_facts={FACT: document})
+        return result

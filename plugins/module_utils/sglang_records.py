@@ -1,0 +1,123 @@
+"""What each start of a service is made of: part of the helper set (roles/sglang_common's layout, helper_set).
+
+Each unit runs `sglang_helper.py record RECORD_JSON INPUT...` before every start: it writes, under /run, the digest
+of every input the service starts from (files, drop-in folders, the runtime's distributions) and the sampling
+defaults it starts with. The sglang_host_state module reads those records and compares them with the same digests
+now, which is how a rollout decides, from the host's state, what must restart. Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+try:  # in a module (Ansiballz) and on the controller
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
+        UnsafeFileError,
+        file_digest,
+        load,
+        read_regular,
+        write_atomic,
+    )
+except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+    from sglang_files import UnsafeFileError, file_digest, load, read_regular, write_atomic  # type: ignore[no-redef]
+try:  # in a module (Ansiballz) and on the controller
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
+except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+    from sglang_sampling_defaults import sampling_of  # type: ignore[no-redef]
+
+
+# Inputs of a service beyond plain files, as the units' `record` step and the plan both name them:
+#   "DIR/"                      a unit's drop-in folder: every *.conf in it, by name and content
+#   "distributions:PREFIX"      the Python distributions installed under PREFIX (a venv): names and versions
+DISTRIBUTIONS = "distributions:"
+
+
+def distributions(prefix: str) -> dict[str, str]:
+    """name -> version of every distribution under a venv's site-packages, from the .dist-info folder names."""
+    found: dict[str, str] = {}
+    lib = os.path.join(prefix, "lib")
+    try:
+        pythons = sorted(os.listdir(lib))
+    except OSError:
+        return found
+    for python in pythons:
+        site = os.path.join(lib, python, "site-packages")
+        try:
+            names = os.listdir(site)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                dist, version = name[: -len(".dist-info")].rsplit("-", 1)
+                found[dist.lower().replace("-", "_")] = version
+    return dict(sorted(found.items()))
+
+
+def input_digest(spec: str) -> str | None:
+    """The digest of one input of a service: a file, a drop-in folder ("DIR/") or a runtime ("distributions:")."""
+    if spec.startswith(DISTRIBUTIONS):
+        dists = distributions(spec[len(DISTRIBUTIONS) :])
+        text = "".join(f"{name}=={version}\n" for name, version in dists.items())
+        return hashlib.sha256(text.encode()).hexdigest() if dists else None
+    if spec.endswith("/"):
+        try:
+            names = sorted(n for n in os.listdir(spec) if n.endswith(".conf"))
+        except OSError:
+            return None
+        text = "".join(f"{name}\0{file_digest(os.path.join(spec, name))}\n" for name in names)
+        return hashlib.sha256(text.encode()).hexdigest() if names else None
+    return file_digest(spec)
+
+
+def inputs_digest(digests: dict[str, str | None]) -> str:
+    """One digest over a set of inputs (path -> file digest, None for absent), independent of order."""
+    text = "".join(f"{path}\0{digests[path] or '-'}\n" for path in sorted(digests))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def started_defaults(paths: list[str]) -> dict[str, Any]:
+    """The five sampling keys of the generation_config.json among the inputs, as SGLang will read them."""
+    for path in paths:
+        if os.path.basename(path) == "generation_config.json":
+            return sampling_of(load(path)[0])
+    return {}
+
+
+def release_of(prefix: str) -> str | None:
+    """The id of the runtime release at prefix (module_utils/sglang_release.py builds them), or None."""
+    try:
+        raw = read_regular(os.path.join(prefix, "sglang-release.json"), limit=1 << 20)
+        entry = json.loads(raw) if raw else None
+    except (OSError, ValueError, UnsafeFileError):
+        return None
+    return entry.get("id") if isinstance(entry, dict) else None
+
+
+def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
+    """Write what this start of the service is made of; read back by the next rollout's plan."""
+    digests = {path: input_digest(path) for path in inputs}
+    entry = {
+        "invocation": os.environ.get("INVOCATION_ID", ""),
+        "digest": inputs_digest(digests),
+        "inputs": digests,
+        "defaults": started_defaults(inputs),
+        # What the runtime was at this start, so that the plan can say which distribution changed.
+        "runtime": {
+            p[len(DISTRIBUTIONS) :]: distributions(p[len(DISTRIBUTIONS) :])
+            for p in inputs
+            if p.startswith(DISTRIBUTIONS)
+        },
+        # The release each runtime is (its id, from the manifest a finished build writes), or null.
+        "releases": {
+            p[len(DISTRIBUTIONS) :]: release_of(p[len(DISTRIBUTIONS) :]) for p in inputs if p.startswith(DISTRIBUTIONS)
+        },
+        "recorded_at": time.time(),
+    }
+    directory = os.path.dirname(record_path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    write_atomic(record_path, json.dumps(entry, indent=2, sort_keys=True) + "\n", mode=0o600)
+    return entry
