@@ -31,7 +31,7 @@ RESTART = "Restart what does not run from its inputs (prefill and decode togethe
 STEPS = [
     ("after the lock", "Snapshot the files this rollout may change", 0),
     ("after the snapshot", "Read the host's state and compute its plan#2", 0),  # the read under the lock
-    ("after the generation_config.json write", "Create the folders of the managed defaults and the helper", 0),
+    ("after the generation_config.json write", "Install the managed defaults and the helper set", 0),
     ("after the env files' write", "Stage the units and the target", 0),
     (
         "after the units' write",

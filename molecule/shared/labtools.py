@@ -73,6 +73,7 @@ MANAGED_FILES = (
 )
 STATE_PROBE = r"""
 import glob, json, subprocess, sys
+sys.dont_write_bytecode = True
 sys.path.insert(0, "/usr/local/libexec/sglang-dsv4")
 import sglang_files, sglang_records, sglang_sampling_defaults
 digest = sglang_files.file_digest

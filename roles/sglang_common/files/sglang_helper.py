@@ -14,6 +14,9 @@ from __future__ import annotations
 import sys
 import time
 
+# The set's folder holds exactly the files the collection puts there: no bytecode cache beside them.
+sys.dont_write_bytecode = True
+
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
         UnsafeFileError,

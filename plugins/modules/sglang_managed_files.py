@@ -1,0 +1,162 @@
+#!/usr/bin/python
+"""Write exactly a role's part of the host's desired state: root-owned files in one module call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_managed_files
+short_description: Write exactly the given files, root-owned, and remove those whose content is null
+version_added: 0.5.0
+description:
+  - Each file of O(files) gets exactly its C(content) and C(mode), owned by root, replaced in one
+    rename (a temporary file with a random name in the same folder, created exclusively); a file whose content is
+    null is removed. A file already right is left alone. This is how the roles write their part of the host's
+    desired state (the fact C(sglang_desired), from the action sglang_desired_state).
+  - Never writes through a link or into a folder another account could have planted - a link at a file's path is
+    replaced itself, never followed; a folder that is a link, is not owned by root, or is writable by group or
+    others is refused, naming it, before anything is written.
+  - O(directories) are made (root-owned, with their mode) when missing, and get their mode back when it differs;
+    the folder of every file must exist or be among them.
+options:
+  files:
+    description: The files, each with C(path), C(mode) (octal string) and C(content) (null - the file must not
+      exist). Other keys (C(role), C(secret), C(unit), ...) are ignored.
+    type: list
+    elements: dict
+    required: true
+  directories:
+    description: Folders to make first, each with C(path) and C(mode).
+    type: list
+    elements: dict
+    default: []
+  into:
+    description: Write each file into this folder under the last part of its path instead (staging).
+    type: path
+attributes:
+  check_mode:
+    description: Reports what it would write and remove, and changes nothing.
+    support: full
+  diff_mode:
+    description: No diff (the files may hold keys); the plan shows what differs.
+    support: none
+author: dsv4 deployment team (@dsv4)
+"""
+
+EXAMPLES = r"""
+- name: Install the managed defaults and the helper set
+  dsv4.sglang.sglang_managed_files:
+    files: "{{ sglang_desired.files | selectattr('role', 'eq', 'genconfig') }}"
+"""
+
+RETURN = r"""
+written:
+  description: The paths written (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: The paths removed (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
+    UnsafeFileError,
+    read_regular,
+    write_atomic,
+)
+
+
+def unsafe_folder(path: str) -> str | None:
+    """Why root must not write into this folder, or None."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a folder (mode {stat.filemode(info.st_mode)})"
+    if info.st_uid != 0:
+        return f"{path} is owned by uid {info.st_uid}, not root"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+def is_right(path: str, content: str, mode: int) -> bool:
+    try:
+        current = read_regular(path)
+    except UnsafeFileError:
+        return False  # a link or a FIFO at the path: replaced, never followed
+    if current is None or current != content.encode():
+        return False
+    info = os.lstat(path)
+    return stat.S_IMODE(info.st_mode) == mode and (info.st_uid, info.st_gid) == (0, 0)
+
+
+def write(module) -> None:
+    """Make the host hold exactly the files of module.params, or fail before the first write."""
+    files, into = module.params["files"], module.params["into"]
+    planned = []
+    for item in files:
+        if not isinstance(item.get("path"), str) or not os.path.isabs(item["path"]):
+            module.fail_json(msg=f"every file needs an absolute path, got {item.get('path')!r}")
+        path = os.path.join(into, os.path.basename(item["path"])) if into else item["path"]
+        mode = int(str(item.get("mode", "0644")), 8)
+        planned.append((path, mode, item.get("content")))
+    made, modes = [], {}
+    for folder in module.params["directories"]:
+        path, mode = folder["path"], int(str(folder["mode"]), 8)
+        modes[path] = mode
+        if not os.path.lexists(path):
+            made.append(path)
+            if not module.check_mode:
+                os.mkdir(path, mode)
+                os.chown(path, 0, 0)
+                os.chmod(path, mode)
+    # Every folder written into is checked before any file is written: one refused folder changes nothing.
+    for folder in sorted({os.path.dirname(path) for path, _mode, _content in planned} | set(made)):
+        why = None if module.check_mode and folder in made else unsafe_folder(folder)
+        if why:
+            module.fail_json(msg=f"refusing to write into {folder}: {why}", written=[], removed=[])
+    # A folder of the layout keeps its mode (the credentials' stays root-only).
+    for path, mode in modes.items():
+        if os.path.isdir(path) and stat.S_IMODE(os.lstat(path).st_mode) != mode:
+            made.append(path)
+            if not module.check_mode:
+                os.chmod(path, mode)
+    written, removed = [], []
+    for path, mode, content in planned:
+        if content is None:
+            if os.path.lexists(path):
+                removed.append(path)
+                if not module.check_mode:
+                    os.unlink(path)
+        elif not is_right(path, str(content), mode):
+            written.append(path)
+            if not module.check_mode:
+                write_atomic(path, str(content), mode=mode)
+                os.chown(path, 0, 0)
+    module.exit_json(changed=bool(written or removed or made), written=written, removed=removed)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "directories": {"type": "list", "elements": "dict", "default": []},
+            "into": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    write(module)
+
+
+if __name__ == "__main__":
+    main()
