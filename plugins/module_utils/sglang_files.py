@@ -19,23 +19,31 @@ class UnsafeFileError(ValueError):
     """A managed path that is a link, a FIFO or anything else but a regular file: never read or written through."""
 
 
+def _open(path: str, follow: bool) -> int | None:
+    """A descriptor of path, None when it does not exist: never blocks on a FIFO, never follows a final link unless
+    `follow`."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except FileNotFoundError:
+        return None
+
+
 def read_regular(path: str, limit: int | None = None, follow: bool = False) -> bytes | None:
     """The bytes of a regular file, None when it does not exist.
 
     Opened without blocking (a FIFO planted at the path cannot hang the reader) and, unless `follow`, without
     following a symbolic link at the last component; anything but a regular file raises UnsafeFileError.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        handle = os.open(path, flags)
-    except FileNotFoundError:
-        return None
+        handle = _open(path, follow)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise UnsafeFileError(
                 f"{path} is a symbolic link; the collection reads and writes only regular files"
             ) from None
         raise
+    if handle is None:
+        return None
     try:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
@@ -110,13 +118,12 @@ def file_digest(path: str, follow: bool = True) -> str | None:
 
     A FIFO, a device or a folder at the path gets a digest of its own kind (never read, so never blocks)."""
     digest = hashlib.sha256()
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        handle = os.open(path, flags)
-    except FileNotFoundError:
-        return None
+        handle = _open(path, follow)
     except OSError as error:
         return f"unreadable:{errno.errorcode.get(error.errno, error.errno)}"
+    if handle is None:
+        return None
     try:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):

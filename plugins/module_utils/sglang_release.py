@@ -19,6 +19,8 @@ import re
 import stat
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import distributions
+
 MANIFEST = "sglang-release.json"
 LOCK = "sglang-release.lock"
 # What `python -m venv` puts into every environment: not part of any lock, never drift.
@@ -96,24 +98,8 @@ def describe(packages: dict[str, str]) -> str:
 
 def installed(prefix: str) -> dict[str, str]:
     """canonical name -> version of every distribution in a venv (from its .dist-info folders), seeded ones aside."""
-    found: dict[str, str] = {}
-    lib = os.path.join(prefix, "lib")
-    try:
-        pythons = sorted(os.listdir(lib))
-    except OSError:
-        return found
-    for python in pythons:
-        site = os.path.join(lib, python, "site-packages")
-        try:
-            names = os.listdir(site)
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".dist-info") and "-" in name:
-                dist, version = name[: -len(".dist-info")].rsplit("-", 1)
-                if canonical(dist) not in SEEDED:
-                    found[canonical(dist)] = version
-    return dict(sorted(found.items()))
+    found = {canonical(dist): version for dist, version in distributions(prefix).items()}
+    return dict(sorted((name, version) for name, version in found.items() if name not in SEEDED))
 
 
 def drift(pins: dict[str, str], found: dict[str, str]) -> list[str]:
