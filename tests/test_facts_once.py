@@ -127,6 +127,10 @@ NEWCOMER = {
     "Where is the router's port set?": ("roles/sglang_services/defaults/main.yml", "  router:\n    mode: router"),
     "What restarts prefill and decode?": ("plugins/module_utils/sglang_plan.py", "What restarts the services"),
     "How do I add a server flag the collection manages?": ("plugins/module_utils/sglang_flags.py", "SERVER_FLAGS"),
+    "What does a host have to hold (every file, unit and release)?": (
+        "plugins/plugin_utils/sglang_desired.py",
+        "def desired_state(",
+    ),
 }
 
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import GENCONFIG, MODEL, PORT_BASE, ROOT, deploy, lab_secret
+from conftest import GENCONFIG, MODEL, PORT_BASE, ROOT, deploy, lab_secret, playbook, recap
 
 PLANTED = json.loads((ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text())
 SERVERS = ("prefill", "decode")
@@ -225,6 +225,16 @@ def test_check_diff_prints_the_plan_with_the_json_change_and_changes_nothing(hos
     assert "its inputs change in this run" in out.stdout
     assert "PLAY [Apply" not in out.stdout or "skipping: no hosts matched" in out.stdout
     assert host.check_output(f"sha256sum {GENCONFIG} /etc/sglang-dsv4/sampling-defaults.json") == before
+
+
+def test_verify_yml_alone_proves_the_inventorys_defaults_and_changes_nothing(host):
+    """playbooks/verify.yml: the full verification on its own, against what the inventory renders."""
+    pids = host.check_output("systemctl show -p MainPID --value sglang-dsv4-prefill sglang-dsv4-decode")
+    out = playbook("playbooks/verify.yml")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "changed=0" in recap(out.stdout) and "failed=0" in recap(out.stdout)
+    assert "'temperature': 0.6" in out.stdout and "sampling_defaults      model, model" in out.stdout
+    assert host.check_output("systemctl show -p MainPID --value sglang-dsv4-prefill sglang-dsv4-decode") == pids
 
 
 def test_the_collection_in_use_is_the_one_installed_from_the_tarball():
