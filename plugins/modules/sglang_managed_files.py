@@ -15,8 +15,8 @@ description:
   - Never writes through a link or into a folder another account could have planted - a link at a file's path is
     replaced itself, never followed; a folder that is a link, is not owned by root, or is writable by group or
     others is refused, naming it, before anything is written.
-  - O(directories) are made (root-owned, with their mode) when missing, and get their mode back when it differs;
-    the folder of every file must exist or be among them.
+  - O(directories) are made (root-owned, with their mode, and any missing parent with 0755) when missing, and
+    get their mode back when it differs; the folder of every file must exist or be among them.
 options:
   files:
     description: The files, each with C(path), C(mode) (octal string) and C(content) (null - the file must not
@@ -114,12 +114,21 @@ def write(module) -> None:
     for folder in module.params["directories"]:
         path, mode = folder["path"], int(str(folder["mode"]), 8)
         modes[path] = mode
-        if not os.path.lexists(path):
-            made.append(path)
+        missing, nearest = [], path
+        while not os.path.lexists(nearest):
+            missing.append(nearest)
+            nearest = os.path.dirname(nearest)
+        if missing:
+            # The nearest folder that exists must be safe before anything is made inside it.
+            why = unsafe_folder(nearest)
+            if why:
+                module.fail_json(msg=f"refusing to make {path}: {why}", written=[], removed=[])
+        for part in reversed(missing):
+            made.append(part)
             if not module.check_mode:
-                os.mkdir(path, mode)
-                os.chown(path, 0, 0)
-                os.chmod(path, mode)
+                os.mkdir(part, mode if part == path else 0o755)
+                os.chown(part, 0, 0)
+                os.chmod(part, mode if part == path else 0o755)
     # Every folder written into is checked before any file is written: one refused folder changes nothing.
     for folder in sorted({os.path.dirname(path) for path, _mode, _content in planned} | set(made)):
         why = None if module.check_mode and folder in made else unsafe_folder(folder)

@@ -121,3 +121,17 @@ def test_into_stages_each_file_under_its_name(folder):
     files = [{"path": "/etc/systemd/system/x.service", "mode": "0644", "content": "[Unit]\n"}]
     result = run(files=files, directories=[{"path": str(stage), "mode": "0755"}], into=str(stage))
     assert result["written"] == [str(stage / "x.service")] and (stage / "x.service").read_text() == "[Unit]\n"
+
+
+def test_missing_parents_of_a_folder_are_made_root_owned(folder):
+    deep = folder / "usr/local/libexec/sglang-dsv4"
+    files = [{"path": str(deep / "x.py"), "mode": "0755", "content": "print()\n"}]
+    assert run(files=files, directories=[{"path": str(deep), "mode": "0755"}])["written"] == [str(deep / "x.py")]
+    assert stat.S_IMODE(os.stat(folder / "usr/local").st_mode) == 0o755 and (deep / "x.py").read_text() == "print()\n"
+
+
+def test_a_folder_is_never_made_under_a_planted_parent(folder):
+    (folder / "open").mkdir()
+    os.chmod(folder / "open", 0o777)  # noqa: S103 - the planted parent the module must refuse
+    assert "refusing to make" in refused(files=[], directories=[{"path": str(folder / "open/a/b"), "mode": "0755"}])
+    assert not (folder / "open/a").exists()
