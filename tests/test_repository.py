@@ -158,6 +158,11 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
                                 "services": "{{ _sglang_services_desired_settings }}",
                             },
                             "vars": {"sglang_runtime_kind": "lab_standin"},
+                            "register": "__sglang_desired_state",
+                        },
+                        {
+                            "name": "Keep it as the host's desired state",
+                            "ansible.builtin.set_fact": {"sglang_desired": "{{ __sglang_desired_state.document }}"},
                         },
                         {
                             "name": "Write the prefill unit",

@@ -2,7 +2,8 @@
 
 It renders the services' templates (roles/sglang_services/templates) through Ansible's own template lookup, so
 that a unit is the same text a template task would write, and hands everything to the one function that builds
-the document (plugins/plugin_utils/sglang_desired.py). It never connects to the host.
+the document (plugins/plugin_utils/sglang_desired.py). It never connects to the host. The base of a role used on its
+own is the fact sglang_desired the previous call's task kept.
 """
 
 from __future__ import annotations
@@ -44,5 +45,7 @@ class ActionModule(ActionBase):
             render,
             base=self._templar.template(base) if base is not None else None,
         )
-        result.update(changed=False, ansible_facts={FACT: document})
+        # Returned, not set as a fact: a task registers it and set_fact keeps it as sglang_desired (an action's own
+        # ansible_facts would be injected facts, which newer ansible-core no longer makes top-level variables).
+        result.update(changed=False, document=document)
         return result

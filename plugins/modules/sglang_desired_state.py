@@ -8,14 +8,15 @@ module: sglang_desired_state
 short_description: Compute a host's one desired-state document (on the controller)
 version_added: 0.5.0
 description:
-  - Sets the fact C(sglang_desired), the one document the plan compares the host with and each role writes exactly
+  - Returns C(document), which the next task keeps as the fact C(sglang_desired) (C(register) and
+    C(ansible.builtin.set_fact)), the one document the plan compares the host with and each role writes exactly
     its part of. C(files) lists every managed file (C(path), C(mode), C(content), C(role), and C(secret),
     C(private) or C(unit) where they apply; content null means the file must not exist);
     C(generation_config) the sampling defaults merged into the model's file; C(units), C(target),
     C(served_model_name) and C(router_url) what the rollout restarts and proves; C(releases) what the units run;
     C(checks) the host-side checks of the plan; C(roles) the parts it holds.
-  - A role used on its own passes only its own settings; the parts of the other roles already in C(sglang_desired)
-    are kept.
+  - A role used on its own passes only its own settings; the parts of the other roles already in the fact
+    C(sglang_desired) are kept.
   - Built by one function, plugins/plugin_utils/sglang_desired.py. Never connects to the host. The document
     holds the keys, so the task needs C(no_log).
 options:
@@ -50,12 +51,18 @@ EXAMPLES = r"""
     runtime: "{{ _sglang_runtime_desired_settings }}"
     genconfig: "{{ _sglang_genconfig_desired_settings }}"
     services: "{{ _sglang_services_desired_settings }}"
+  register: __sglang_desired_state
+  no_log: true
+
+- name: Keep it as the host's desired state
+  ansible.builtin.set_fact:
+    sglang_desired: "{{ __sglang_desired_state.document }}"
   no_log: true
 """
 
 RETURN = r"""
-ansible_facts:
-  description: C(sglang_desired), the document.
+document:
+  description: The host's desired-state document.
   returned: always
   type: dict
 """
