@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -92,11 +93,21 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
 
 def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
     assert rollout["out"].returncode == 0, text(rollout["out"])[-4000:]
-    # The canary went first, alone, and passed every round of its analysis before any other host changed.
+    # The canary went first, alone, and passed its analysis before any other host changed: all three rounds ran, and
+    # the ones that passed had real data that found the change sound (every answer served, defaults in effect, no
+    # transfer failure, no repetition). The analysis allows one failed round (sglang_rollout_canary_failure_limit),
+    # as the lab sets it: a p99 of ~80 requests is their slowest one or two, at the mercy of a loaded controller.
     plan = flat(rollout["out"])
     assert "canary: dsv4-traf-1, judged against dsv4-traf-2, dsv4-traf-3, dsv4-traf-4 (not yet changed)" in plan
     assert "after 10 s, 3 rounds of 15 s, at most 1 failed" in plan
-    assert [f"canary dsv4-traf-1 round {n}/3: ok" in plan for n in (1, 2, 3)] == [True] * 3, plan[-3000:]
+    rounds = re.findall(r"canary dsv4-traf-1 round ([0-9])/3: (ok|FAILED: .*?) (\{\"scraped\": [^}]*\})", plan)
+    assert [number for number, _verdict, _values in rounds] == ["1", "2", "3"], rounds
+    passed = [json.loads(values) for _number, verdict, values in rounds if verdict == "ok"]
+    assert len(passed) >= 2, rounds
+    for values in passed:
+        assert values["scraped"] == 1 and values["requests"] > 0 and values["success"] >= 0.99, rounds
+        assert values["defaults_in_effect"] == 1 and values["transfer_failures"] == 0, rounds
+        assert values["ttft_p99"] > 0 and values["itl_p99"] > 0 and 0 <= values["repetition"] <= 0.5, rounds
     counted = rollout["tally"]
     assert counted["ok"] >= 100, counted
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
