@@ -100,9 +100,10 @@ def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_str
     plan = flat(rollout["out"])
     assert "canary: dsv4-traf-1, judged against dsv4-traf-2, dsv4-traf-3, dsv4-traf-4 (not yet changed)" in plan
     assert "after 10 s, 3 rounds of 15 s, at most 1 failed" in plan
-    rounds = re.findall(r"canary dsv4-traf-1 round ([0-9])/3: (ok|FAILED: .*?) (\{\"scraped\": [^}]*\})", plan)
+    # Each round's line, with its values as JSON (quotes escaped where the run printed its results as JSON).
+    rounds = re.findall(r'canary dsv4-traf-1 round ([0-9])/3: (ok|FAILED: .*?) (\{\\?"scraped\\?": [^}]*\})', plan)
     assert [number for number, _verdict, _values in rounds] == ["1", "2", "3"], rounds
-    passed = [json.loads(values) for _number, verdict, values in rounds if verdict == "ok"]
+    passed = [json.loads(values.replace('\\"', '"')) for _number, verdict, values in rounds if verdict == "ok"]
     assert len(passed) >= 2, rounds
     for values in passed:
         assert values["scraped"] == 1 and values["requests"] > 0 and values["success"] >= 0.99, rounds
