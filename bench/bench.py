@@ -51,8 +51,8 @@ RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+fai
 ENV = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}:{os.environ['PATH']}"}
 
 
-def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=ENV, check=False)
+def run(argv: list[str], check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**ENV, **(env or {})}, check=False)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
     return result
@@ -98,13 +98,22 @@ def starts_since(hosts: int, mark: float) -> dict[str, int]:
     return counts
 
 
-def timed(argv: list[str], check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+def timed(argv: list[str], check: bool = True, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
     start = time.monotonic()
-    result = run(argv, check=check)
+    result = run(argv, check=check, env=env)
     return time.monotonic() - start, result
 
 
-def deploy(inventory: Path, hosts: int, extra: dict | None = None) -> tuple[float, int]:
+def task_times(path: Path) -> dict:
+    """The environment that makes a run write each task's wall time (bench/callback_plugins) to `path`."""
+    return {
+        "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "bench/callback_plugins"),
+        "ANSIBLE_CALLBACKS_ENABLED": "bench_task_times",
+        "BENCH_TASK_TIMES": str(path),
+    }
+
+
+def deploy(inventory: Path, hosts: int, extra: dict | None = None, times: Path | None = None) -> tuple[float, int]:
     argv = [
         str(BIN / "ansible-playbook"),
         "-i",
@@ -117,7 +126,7 @@ def deploy(inventory: Path, hosts: int, extra: dict | None = None) -> tuple[floa
     ]
     if extra:
         argv += ["-e", json.dumps(extra)]
-    seconds, result = timed(argv)
+    seconds, result = timed(argv, env=task_times(times) if times else None)
     return seconds, sum(int(changed) for _unused, changed, _unused2, _unused3 in RECAP.findall(result.stdout))
 
 
@@ -218,8 +227,10 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
     largest = max(sizes)
     key = lab_key()
 
-    def add(name: str, seconds: float, starts: dict | None = None, changed: int | None = None) -> None:
-        samples.setdefault(name, []).append({"seconds": seconds, "starts": starts, "changed": changed})
+    def add(name: str, seconds: float, starts: dict | None = None, changed: int | None = None, **more) -> None:
+        samples.setdefault(name, []).append({"seconds": seconds, "starts": starts, "changed": changed, **more})
+
+    times = inventory.parent / "task-times.jsonl"
 
     mark = second_boundary()
     seconds, changed = deploy(inventory, largest)
@@ -234,8 +245,9 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
         for count in changes:
             mark = second_boundary()
             extra = {"sglang_genconfig_temperature": next(temperatures), "sglang_rollout_batch": count}
-            seconds, changed = deploy(inventory, count, extra)
-            add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed)
+            seconds, changed = deploy(inventory, count, extra, times)
+            tasks = [json.loads(line) for line in times.read_text().splitlines()]
+            add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed, tasks=tasks)
             mark = second_boundary()
             add(f"by hand, {count} host(s)", by_hand(count, next(temperatures), key), starts_since(count, mark))
             # Back to the inventory's defaults, so the next no-op really has nothing to do.
@@ -358,6 +370,51 @@ drain) and then to servers that are loading. One run each; the outcome is what t
 """
 
 
+def breakdown(samples: dict, changes: list[int]) -> str:
+    """Where a sampling change's wall time goes: by play (the apply by role) and the slowest tasks, medians."""
+    sections = []
+    for n in changes:
+        runs = [s for s in samples[f"sampling change, {n} host(s)"] if s.get("tasks")]
+        if not runs:
+            continue
+        groups: dict[str, list[float]] = {}
+        tasks: dict[tuple[str, str], list[tuple[float, int]]] = {}
+        counts = []
+        for sample in runs:
+            by_group: dict[str, float] = {"ansible-playbook start-up, parsing and the end": sample["seconds"]}
+            by_task: dict[tuple[str, str], list[float]] = {}
+            for row in sample["tasks"]:
+                applying = row["play"].startswith("Apply")
+                group = f"apply: {row['role'] or 'the play and its blocks'}" if applying else f"play: {row['play']}"
+                by_group[group] = by_group.get(group, 0.0) + row["seconds"]
+                by_group["ansible-playbook start-up, parsing and the end"] -= row["seconds"]
+                if row["task"] != "(play start)":
+                    by_task.setdefault((row["role"], row["task"]), []).append(row["seconds"])
+            counts.append(sum(len(v) for v in by_task.values()))
+            for group, seconds in by_group.items():
+                groups.setdefault(group, []).append(seconds)
+            for key, values in by_task.items():
+                tasks.setdefault(key, []).append((sum(values), len(values)))
+        total = statistics.median(s["seconds"] for s in runs)
+        rows = [f"| where (N = {n}) | median seconds | share |", "|---|---:|---:|"]
+        for group, values in sorted(groups.items(), key=lambda item: -statistics.median(item[1])):
+            seconds = statistics.median(values)
+            rows.append(f"| {group} | {seconds:.1f} | {seconds / total:.0%} |")
+        slowest = sorted(tasks.items(), key=lambda item: -statistics.median(v for v, _c in item[1]))[:10]
+        top = [f"| slowest tasks (N = {n}) | role | times run | median seconds, all runs of it |"]
+        top.append("|---|---|---:|---:|")
+        for (role, task), values in slowest:
+            top.append(
+                f"| {task} | {role or '-'} | {statistics.median(c for _v, c in values):g}"
+                f" | {statistics.median(v for v, _c in values):.1f} |"
+            )
+        sections.append(
+            f"{chr(10).join(rows)}\n\n{chr(10).join(top)}\n\n"
+            f"{statistics.median(counts):g} tasks ran (median; a task of a loop or on several hosts counts once)."
+        )
+    return "\n\n".join(sections)
+
+
 def projection(intercept: float, per_host: float, hosts: int) -> str:
     seconds = intercept + per_host * hosts
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
@@ -453,6 +510,14 @@ a worker process on the controller). {lever}
 {chr(10).join(change_rows)}
 
 Goal: at most 1.5x the minimum at N = 1 and 4, with the same restarts.
+
+### Where a sampling change's time goes
+
+From the same runs of the sampling change: each task's wall time (from its start to the next task's, as the
+hosts of the batch waited for it), written by `bench/callback_plugins/bench_task_times.py` (bench only), summed by
+play and, in the apply, by role; medians over the runs.
+
+{breakdown(samples, changes)}
 """
 
 
@@ -474,6 +539,8 @@ def main(argv: list[str]) -> int:
         "--load-only", action="store_true", help="only the rollout under load; replaces that section of --output"
     )
     args = parser.parse_args(argv)
+    if len(args.sizes) < 2 and not args.load_only:
+        parser.error(f"--sizes {','.join(map(str, args.sizes))}: the slopes need at least two host counts, such as 1,2")
     hosts = max([*args.sizes, *args.change_sizes, 4 if args.load or args.load_only else 1])
     with tempfile.TemporaryDirectory() as tmp:
         inventory = Path(tmp) / "hosts.yml"

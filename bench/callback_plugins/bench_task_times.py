@@ -1,0 +1,66 @@
+"""BENCH ONLY. Writes how long each task of a playbook run took, for bench/bench.py's breakdown of a change.
+
+Enabled by bench.py alone (ANSIBLE_CALLBACK_PLUGINS=bench/callback_plugins, ANSIBLE_CALLBACKS_ENABLED=
+bench_task_times); it writes one JSON line per task, play start or handler to the file named by
+BENCH_TASK_TIMES: {"play", "role", "task", "seconds"}, where seconds is the wall time from the task's start to
+the next one's (under the linear strategy, the time every host of the batch waited for it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = """
+name: bench_task_times
+type: aggregate
+short_description: BENCH ONLY. Wall time of each task, as JSON lines, for bench/bench.py
+description:
+  - Writes one JSON line per task to the file named by the environment variable BENCH_TASK_TIMES.
+requirements:
+  - enabled in ANSIBLE_CALLBACKS_ENABLED
+"""
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "bench_task_times"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: list[dict] = []
+        self._current: dict | None = None
+        self._play = ""
+
+    def _close(self) -> None:
+        if self._current is not None:
+            started = self._current.pop("started")
+            self._rows.append({**self._current, "seconds": round(time.monotonic() - started, 3)})
+            self._current = None
+
+    def _open(self, role: str, task: str) -> None:
+        self._close()
+        self._current = {"play": self._play, "role": role, "task": task, "started": time.monotonic()}
+
+    def v2_playbook_on_play_start(self, play) -> None:
+        self._play = play.get_name()
+        self._open("", "(play start)")
+
+    def v2_playbook_on_task_start(self, task, is_conditional) -> None:
+        role = task._role.get_name(include_role_fqcn=False) if task._role else ""
+        self._open(role, task.name or task.action)
+
+    def v2_playbook_on_handler_task_start(self, task) -> None:
+        self.v2_playbook_on_task_start(task, False)
+
+    def v2_playbook_on_stats(self, stats) -> None:
+        self._close()
+        path = os.environ.get("BENCH_TASK_TIMES")
+        if path:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(row) + "\n" for row in self._rows)
