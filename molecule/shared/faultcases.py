@@ -39,7 +39,7 @@ STEPS = [
         0,
     ),
     ("at the restart request", RESTART, 1.5),
-    ("during the verification", "Read /server_info of prefill and decode", 0),
+    ("during the verification", "Ask the router, and read both servers when the verification asks", 0),
 ]
 
 

@@ -110,7 +110,8 @@ IN_FLIGHT = (
     "sglang:num_decode_prealloc_queue_reqs",
     "sglang:num_decode_transfer_queue_reqs",
 )
-POLL = 0.5
+# Seconds between two looks at the router and the servers' load.
+POLL = 0.2
 # How long a registration may stay queued before restore sends it again.
 RESEND = 5.0
 

@@ -116,7 +116,8 @@ RETURN = r"""
 plan:
   description: C(files) to change, C(missing_users), C(disabled_units), C(other) (the same as sentences, for
     the table), C(held) and C(held_conflicts) (see C(apply_roles)), C(build) and C(releases) (see
-    C(releases)), C(restart) reasons per group, C(restart_servers) and C(restart_router) (booleans), C(empty).
+    C(releases)), C(releases_found) (finished releases in their folders), C(restart) reasons per group,
+    C(restart_servers) and C(restart_router) (booleans), C(empty).
   returned: always
   type: dict
 units:
@@ -171,6 +172,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import 
     free_bytes,
     installed,
     read_manifest,
+    releases_in,
     unsafe_dir,
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
@@ -451,6 +453,13 @@ def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[
     return changed
 
 
+def releases_found(releases: list[dict]) -> int:
+    """How many finished releases the folders of the desired ones hold: at most sglang_runtime_releases_keep
+    leaves the prune nothing to remove (module_utils/sglang_release.py, prunable)."""
+    folders = {os.path.dirname(release["path"]) for release in releases}
+    return len({os.path.join(folder, rid) for folder in folders for rid in releases_in(folder)})
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -564,6 +573,7 @@ def main() -> None:
 
     errors = check_errors(module, params["checks"]) + release_errors
     plan["releases"] = releases
+    plan["releases_found"] = releases_found(params["releases"])
     result = {
         # Read-only: "changed" only for --check, where it means "would change" (and lets --diff show the diffs).
         "changed": params["report_changes"] and not plan["empty"],

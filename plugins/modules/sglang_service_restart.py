@@ -77,6 +77,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 
+# Seconds between two looks at the units: a restart is seen about this soon after it is ready.
+POLL = 0.2
+
 
 def url_status(url: str) -> int:
     try:
@@ -179,7 +182,7 @@ def main() -> None:
                 units=units,
                 waited=round(time.monotonic() - started, 1),
             )
-        time.sleep(0.5)
+        time.sleep(POLL)
     module.exit_json(changed=acting, waited=round(time.monotonic() - started, 1), units=units)
 
 

@@ -57,3 +57,16 @@ def test_the_plan_names_the_distributions_that_changed_since_the_start(tmp_path)
     assert state.changed_since_start(unit, record, current) == [
         f"runtime {venv} (gone 1.0 -> -, sglang 0.5.22 -> 0.5.23)"
     ]
+
+
+def test_releases_found_counts_finished_releases_once_across_the_folders_of_the_desired_ones(tmp_path):
+    folder = tmp_path / "releases"
+    for rid, finished in (("r1", True), ("r2", True), ("r3", False)):
+        (folder / rid).mkdir(parents=True)
+        if finished:
+            (folder / rid / "sglang-release.json").write_text(f'{{"id": "{rid}"}}')
+    desired = [{"path": str(folder / "r1")}, {"path": str(folder / "r9")}]
+    # r3 has no manifest (an unfinished build): the prune would not count it either.
+    assert state.releases_found(desired) == 2
+    assert state.releases_found([]) == 0
+    assert state.releases_found([{"path": str(tmp_path / "absent/r1")}]) == 0

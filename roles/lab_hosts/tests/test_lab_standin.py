@@ -321,9 +321,12 @@ def test_metric_labels_are_checked_against_the_table():
 # --- under load and at stop -------------------------------------------------------------------------------
 
 
-def stream(url: str, tokens: int = 40, key: str | None = None) -> tuple[int, list[str], float]:
-    """A streamed chat: (status, the data lines, seconds it took)."""
+def stream(url: str, tokens: int = 40, key: str | None = None, greedy: bool = False) -> tuple[int, list[str], float]:
+    """A streamed chat: (status, the data lines, seconds it took). Sampled, it may end early at a sampled
+    end-of-text; greedy (temperature 0), it always runs to max_tokens (end-of-text never wins outright)."""
     body = {"model": "dsv4", "messages": [{"role": "user", "content": "hello"}], "max_tokens": tokens, "stream": True}
+    if greedy:
+        body["temperature"] = 0
     request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode())
     request.add_header("Content-Type", "application/json")
     if key:
@@ -402,8 +405,9 @@ def test_the_slow_first_token_fault_delays_the_first_token_and_shows_in_the_ttft
 def test_sigterm_drains_like_sglang_health_503_new_requests_served_exit_when_idle(model):
     url, proc = decode_server(model, env={"SGLANG_LAB_DRAIN_POLL_SECONDS": "1"})
     results: dict = {}
-    # 100 tokens of 50 ms: the stream runs for 5 s, far longer than the checks below take.
-    reader = threading.Thread(target=lambda: results.update(first=stream(url, tokens=100)))
+    # 100 tokens of 50 ms, greedy so that no sampled end-of-text cuts it short: the stream runs for 5 s, far longer
+    # than the checks below take, and the watchdog's first look (after 1 s) still sees it running.
+    reader = threading.Thread(target=lambda: results.update(first=stream(url, tokens=100, greedy=True)))
     reader.start()
     assert until(lambda: gauge(url, "sglang:num_running_reqs") == 1)
     proc.popen.send_signal(signal.SIGTERM)
@@ -430,7 +434,7 @@ def test_sigterm_drains_like_sglang_health_503_new_requests_served_exit_when_idl
 
 def test_sgl_force_shutdown_exits_without_waiting(model):
     url, proc = decode_server(model, env={"SGL_FORCE_SHUTDOWN": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "0.1"})
-    reader = threading.Thread(target=lambda: stream(url, tokens=200), daemon=True)
+    reader = threading.Thread(target=lambda: stream(url, tokens=200, greedy=True), daemon=True)
     reader.start()
     time.sleep(0.3)
     proc.popen.send_signal(signal.SIGTERM)

@@ -1,0 +1,186 @@
+#!/usr/bin/python
+"""Ansible module: in one call on the host, ask the servers what they run with and the router the chat questions."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_ask
+short_description: Read what each server runs with, and ask the router chat questions, all at once
+description:
+  - The verification's and the canary's one call on the host, in place of one C(uri) or C(shell) task per item.
+  - For each of C(servers), its C(/server_info) (only C(sampling_defaults) is returned; the rest holds the API key)
+    and the C(Using default chat sampling params) line its current invocation logged (C(journalctl
+    _SYSTEMD_INVOCATION_ID=)). A server whose C(/server_info) does not answer 200 fails the call, naming it.
+  - Then every question as a client sends it (the served model, one user message, C(max_tokens), and a
+    temperature only where the question gives one), all at once through the router, answers in question order.
+  - Changes nothing; runs in check mode too.
+options:
+  servers:
+    description: Servers to read, each C(name) (its unit) and C(health_url) (C(/health); C(/server_info) is beside it).
+    type: list
+    elements: dict
+    default: []
+  router_url:
+    description: The router's base URL.
+    type: str
+    required: true
+  model:
+    description: The served model name a client sends.
+    type: str
+    required: true
+  api_key:
+    description: The client key, sent as a bearer token to the servers and the router; empty sends none.
+    type: str
+    default: ""
+  questions:
+    description: Prompts, each a string or C(prompt) with an optional C(temperature).
+    type: list
+    elements: raw
+    default: []
+  max_tokens:
+    description: C(max_tokens) of every question.
+    type: int
+    default: 64
+  timeout:
+    description: Seconds each request may take.
+    type: int
+    default: 120
+author: dsv4 deployment team (@dsv4)
+"""
+
+EXAMPLES = r"""
+- name: Ask both servers and the router
+  dsv4.sglang.sglang_ask:
+    servers:
+      - {name: sglang-dsv4-prefill, health_url: "http://127.0.0.1:30000/health"}
+      - {name: sglang-dsv4-decode, health_url: "http://127.0.0.1:30001/health"}
+    router_url: http://127.0.0.1:8000
+    model: deepseek-ai/DeepSeek-V4-Flash
+    api_key: "{{ client_key }}"
+    questions: [Say hello., {prompt: Say hello., temperature: 0}]
+"""
+
+RETURN = r"""
+modes:
+  description: Per server, the C(sampling_defaults) its C(/server_info) reports.
+  returned: always
+  type: dict
+logged:
+  description: Per server, the defaults its current invocation logged at start, or null when it logged none.
+  returned: always
+  type: dict
+answers:
+  description: Per question, in order, C(status) (0 when nothing answered), C(msg), C(content) and C(finish_reason).
+  returned: always
+  type: list
+"""
+
+import json
+import urllib.error
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import startup_defaults
+
+# Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
+MAX_PARALLEL = 16
+
+
+def request(url: str, key: str, timeout: int, body: dict | None = None) -> tuple[int, str, bytes]:
+    """(status, message, body) of one request; status 0 when nothing answered."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        # With TLS the router presents its own certificate on an address of this host.
+        with open_url(
+            url,
+            method="POST" if data else "GET",
+            data=data,
+            headers=headers,
+            timeout=timeout,
+            validate_certs=False,
+            use_proxy=False,
+        ) as response:
+            return response.status, "OK", response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, f"HTTP Error {error.code}: {error.reason}", b""
+    except (urllib.error.URLError, OSError, UrlConnectionError) as error:
+        return 0, f"no answer: {getattr(error, 'reason', error)}", b""
+
+
+def server_mode(module: AnsibleModule, server: dict) -> str | None:
+    url = str(server["health_url"]).removesuffix("/health") + "/server_info"
+    status, message, body = request(url, module.params["api_key"], module.params["timeout"])
+    if status != 200:
+        module.fail_json(msg=f"{server['name']}: {url} answered {status} ({message})")
+    try:
+        return json.loads(body).get("sampling_defaults")
+    except (ValueError, AttributeError):
+        module.fail_json(msg=f"{server['name']}: {url} did not answer a JSON object")
+
+
+def logged_defaults(module: AnsibleModule, unit: str) -> dict | None:
+    """The defaults the unit's current invocation logged at its start (its journal, this invocation only)."""
+    _unused, invocation, _unused2 = module.run_command(["systemctl", "show", "-P", "InvocationID", f"{unit}.service"])
+    if not invocation.strip():
+        return None
+    _unused, journal, _unused2 = module.run_command(
+        ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation.strip()}"]
+    )
+    return startup_defaults("\n".join(line for line in journal.splitlines() if "Using default chat sampling" in line))
+
+
+def chat_body(question, model: str, max_tokens: int) -> dict:
+    prompt = question.get("prompt") if isinstance(question, dict) else question
+    body = {"model": model, "messages": [{"role": "user", "content": str(prompt)}], "max_tokens": max_tokens}
+    if isinstance(question, dict) and question.get("temperature") is not None:
+        body["temperature"] = question["temperature"]
+    return body
+
+
+def answer(url: str, key: str, timeout: int, body: dict) -> dict:
+    status, message, raw = request(url, key, timeout, body)
+    content, finish = None, None
+    if status == 200:
+        try:
+            choice = json.loads(raw)["choices"][0]
+            content, finish = choice["message"]["content"], choice.get("finish_reason")
+        except (ValueError, KeyError, IndexError, TypeError):
+            status, message = 0, "an answer without choices[0].message.content"
+    return {"status": status, "msg": message, "content": content, "finish_reason": finish}
+
+
+def ask_all(url: str, key: str, timeout: int, bodies: list[dict]) -> list[dict]:
+    """Every question at once; the answers in question order, whichever came back first."""
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(bodies)))) as pool:
+        return list(pool.map(lambda body: answer(url, key, timeout, body), bodies))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "servers": {"type": "list", "elements": "dict", "default": []},
+            "router_url": {"type": "str", "required": True},
+            "model": {"type": "str", "required": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "questions": {"type": "list", "elements": "raw", "default": []},
+            "max_tokens": {"type": "int", "default": 64},
+            "timeout": {"type": "int", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    modes = {s["name"]: server_mode(module, s) for s in p["servers"]}
+    logged = {s["name"]: logged_defaults(module, s["name"]) for s in p["servers"]}
+    url = p["router_url"].rstrip("/") + "/v1/chat/completions"
+    bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]]
+    answers = ask_all(url, p["api_key"], p["timeout"], bodies)
+    module.exit_json(changed=False, modes=modes, logged=logged, answers=answers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The verification's and the canary's one call (modules/sglang_ask.py): questions as a client asks them, all at
+once, answers in question order, and what a server that does not answer looks like."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible_collections.dsv4.sglang.plugins.modules import sglang_ask as ask
+
+
+@pytest.fixture
+def router():
+    seen: list[dict] = []
+    second_arrived = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"body": body, "auth": self.headers.get("Authorization")})
+            content = body["messages"][0]["content"]
+            if content == "second":
+                second_arrived.set()
+            # The first question is answered only once the second has arrived: sent one after the other, it would
+            # time out here (504); sent at once, it answers last, and the answers must still be in question order.
+            if content == "first" and not second_arrived.wait(10):
+                self.send_response(504)
+                self.end_headers()
+                return
+            if content == "broken":
+                self.send_response(503)
+                self.end_headers()
+                return
+            choice = {"message": {"content": f"re: {content}"}, "finish_reason": "stop"}
+            data = json.dumps({"choices": [choice]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    httpd.shutdown()
+
+
+def test_a_question_carries_a_temperature_only_where_it_gives_one():
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    assert ask.chat_body("hi", "m", 8) == body
+    assert ask.chat_body({"prompt": "hi", "temperature": 0}, "m", 8)["temperature"] == 0
+    assert "temperature" not in ask.chat_body({"prompt": "hi"}, "m", 8)
+
+
+def test_answers_come_back_in_question_order_with_the_key_and_every_status(router):
+    url, seen = router
+    questions = ["first", "second", "broken"]
+    answers = ask.ask_all(f"{url}/v1/chat/completions", "k", 5, [ask.chat_body(q, "m", 8) for q in questions])
+    assert [a["status"] for a in answers] == [200, 200, 503]
+    assert answers[0] == {"status": 200, "msg": "OK", "content": "re: first", "finish_reason": "stop"}
+    assert answers[2]["content"] is None and "503" in answers[2]["msg"]
+    assert {s["auth"] for s in seen} == {"Bearer k"}
+
+
+def test_a_router_that_does_not_listen_answers_status_0():
+    answer = ask.answer("http://127.0.0.1:9/v1/chat/completions", "", 2, ask.chat_body("hi", "m", 8))
+    assert answer["status"] == 0 and answer["content"] is None and answer["msg"].startswith("no answer")
