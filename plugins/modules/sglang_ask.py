@@ -168,7 +168,8 @@ def main() -> None:
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "questions": {"type": "list", "elements": "raw", "default": []},
-            "max_tokens": {"type": "int", "default": 64},
+            # Not a secret: the number of tokens an answer may have.
+            "max_tokens": {"type": "int", "default": 64, "no_log": False},
             "timeout": {"type": "int", "default": 120},
         },
         supports_check_mode=True,
