@@ -76,45 +76,19 @@ answers:
 """
 
 import json
-import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import startup_defaults
 
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
 MAX_PARALLEL = 16
 
 
-def request(url: str, key: str, timeout: int, body: dict | None = None) -> tuple[int, str, bytes]:
-    """(status, message, body) of one request; status 0 when nothing answered."""
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    data = json.dumps(body).encode() if body is not None else None
-    try:
-        # With TLS the router presents its own certificate on an address of this host.
-        with open_url(
-            url,
-            method="POST" if data else "GET",
-            data=data,
-            headers=headers,
-            timeout=timeout,
-            validate_certs=False,
-            use_proxy=False,
-        ) as response:
-            return response.status, "OK", response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, f"HTTP Error {error.code}: {error.reason}", b""
-    except (urllib.error.URLError, OSError, UrlConnectionError) as error:
-        return 0, f"no answer: {getattr(error, 'reason', error)}", b""
-
-
 def server_mode(module: AnsibleModule, server: dict) -> str | None:
     url = str(server["health_url"]).removesuffix("/health") + "/server_info"
-    status, message, body = request(url, module.params["api_key"], module.params["timeout"])
+    status, message, body = call(url, key=module.params["api_key"], timeout=module.params["timeout"])
     if status != 200:
         module.fail_json(msg=f"{server['name']}: {url} answered {status} ({message})")
     try:
@@ -143,7 +117,7 @@ def chat_body(question, model: str, max_tokens: int) -> dict:
 
 
 def answer(url: str, key: str, timeout: int, body: dict) -> dict:
-    status, message, raw = request(url, key, timeout, body)
+    status, message, raw = call(url, key=key, body=body, timeout=timeout)
     content, finish = None, None
     if status == 200:
         try:

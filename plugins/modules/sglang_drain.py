@@ -94,11 +94,9 @@ workers:
 import json
 import os
 import time
-import urllib.error
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
 
 # SGLang 0.5.23's load gauges (srt/observability/metrics_collector.py): what a server still has to finish.
@@ -117,19 +115,8 @@ RESEND = 5.0
 
 
 def call(url: str, method: str = "GET", key: str = "", body: dict | None = None) -> tuple[int, bytes]:
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    data = json.dumps(body).encode() if body is not None else None
-    try:
-        with open_url(
-            url, method=method, data=data, headers=headers, timeout=10, validate_certs=False, use_proxy=False
-        ) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, b""
-    except (urllib.error.URLError, OSError, UrlConnectionError):
-        return 0, b""
+    status, _message, answer = sglang_http.call(url, method=method, key=key, body=body, timeout=10)
+    return status, answer
 
 
 def in_flight(urls: list[str]) -> int:

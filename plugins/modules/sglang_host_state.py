@@ -147,11 +147,8 @@ import json
 import os
 import pwd
 import stat
-import urllib.error
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     UnsafeFileError,
@@ -159,6 +156,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     load,
     read_regular,
 )
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
     DISTRIBUTIONS,
@@ -213,17 +211,6 @@ def systemd_units(module: AnsibleModule, names: list[str]) -> dict[str, dict[str
     return units
 
 
-def http_get(url: str, api_key: str = "") -> tuple[int, bytes]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        with open_url(url, headers=headers, timeout=5, validate_certs=False, use_proxy=False) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, b""
-    except (urllib.error.URLError, OSError, UrlConnectionError):
-        return 0, b""
-
-
 def file_changes(module: AnsibleModule, files: list[dict], diffs: list[dict]) -> tuple[list[str], dict[str, str]]:
     changes, desired = [], {}
     for item in files:
@@ -269,13 +256,13 @@ def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected:
     failures: dict[str, list[str]] = {"servers": [], "router": []}
     for unit in units:
         name, group = unit["name"], unit["group"]
-        status, _unused = http_get(unit["health_url"])
+        status, _message, _body = call(unit["health_url"], timeout=5)
         if status != 200:
             failures[group].append(f"{name}: {unit['health_url']} answered {status or 'nothing'}")
             continue
         if group != "servers":
             continue
-        status, body = http_get(unit["health_url"].rsplit("/", 1)[0] + "/server_info", api_key)
+        status, _message, body = call(unit["health_url"].rsplit("/", 1)[0] + "/server_info", key=api_key, timeout=5)
         mode = json.loads(body or b"{}").get("sampling_defaults") if status == 200 else None
         if mode != "model":
             failures[group].append(f"{name}: /server_info says sampling_defaults={mode} (status {status})")

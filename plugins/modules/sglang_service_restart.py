@@ -71,25 +71,12 @@ units:
 """
 
 import time
-import urllib.error
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 
 # Seconds between two looks at the units: a restart is seen about this soon after it is ready.
 POLL = 0.2
-
-
-def url_status(url: str) -> int:
-    try:
-        # The router's own certificate, on loopback: checked for being up, not for who it is.
-        with open_url(url, timeout=5, validate_certs=False, use_proxy=False) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except (urllib.error.URLError, OSError, UrlConnectionError):
-        return 0
 
 
 PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic")
@@ -167,7 +154,8 @@ def main() -> None:
                     waited=round(time.monotonic() - started, 1),
                 )
             if entry["active"] == "active" and entry["sub"] == "running":
-                entry["status"] = url_status(entry["url"])
+                # The router's own certificate, on loopback: checked for being up, not for who it is.
+                entry["status"] = call(entry["url"], timeout=5)[0]
                 if entry["status"] == 200:
                     pending.discard(name)
         if not pending:
