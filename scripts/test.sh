@@ -62,12 +62,25 @@ run_molecule() {
     ) >"$logs/lane-$lane.log" 2>&1 &
     pids+=("$!")
   done
+  local lane_failed=()
   for lane in "${!pids[@]}"; do
-    wait "${pids[$lane]}" || failed=1
+    if wait "${pids[$lane]}"; then lane_failed+=(0); else lane_failed+=(1); failed=1; fi
   done
+  # Lanes that passed first, then the ones that failed, then what failed: CI keeps only the tail of the output.
   for lane in "${!LANES[@]}"; do
+    ((lane_failed[lane] == 0)) || continue
     echo "== molecule lane $lane (${LANES[$lane]})"
     cat "$logs/lane-$lane.log"
+  done
+  for lane in "${!LANES[@]}"; do
+    ((lane_failed[lane] == 1)) || continue
+    echo "== molecule lane $lane (${LANES[$lane]}): FAILED"
+    cat "$logs/lane-$lane.log"
+  done
+  for lane in "${!LANES[@]}"; do
+    ((lane_failed[lane] == 1)) || continue
+    echo "== molecule lane $lane: what failed"
+    grep -n -B 3 -A 12 -E '^(fatal|failed): |FAILED! =>|^(E |FAILED )|: FAILED after' "$logs/lane-$lane.log" | tail -n 120 || true
   done
   rm -rf "$logs"
   return "$failed"
