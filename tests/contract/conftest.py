@@ -130,7 +130,18 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("rendered")
     runs = {
         "dsv4-gpu-01": ["-i", "inventories/production", "-l", "dsv4-gpu-01"],
-        "lab-render": ["-i", "inventories/lab", "-i", str(HERE / "lab-render-hosts.yml"), "-l", "lab-render"],
+        # The lab's server lock is read from the repository, not from the lab wheelhouse (which only `make deploy` and
+        # the molecule scenarios fill): rendering needs the lock, never the wheels.
+        "lab-render": [
+            "-i",
+            "inventories/lab",
+            "-i",
+            str(HERE / "lab-render-hosts.yml"),
+            "-l",
+            "lab-render",
+            "-e",
+            f"sglang_runtime_server_lock={ROOT / 'roles/lab_hosts/files/locks/sglang-0.5.23-nodeps.txt'}",
+        ],
     }
     playbook = str(Path(sys.executable).parent / "ansible-playbook")
     for inventory in runs.values():
