@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,18 +16,31 @@ def inventory() -> str:
 
 
 def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    """A playbook of the repository against molecule's instance, as an operator would run it."""
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), name, *args],
+    """A playbook of the repository against molecule's instance, as an operator would run it.
+
+    A run still going after `timeout` seconds is killed, with its workers, and fails the test with what it printed
+    (where it hung), not only with its command line.
+    """
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), name, *args]
+    with subprocess.Popen(
+        argv,
         cwd=ROOT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(env or {})},
-        timeout=timeout,
-        check=False,
         # Its own process group: a lab fault that kills the controller kills this run only.
         start_new_session=True,
-    )
+    ) as run:
+        try:
+            out, err = run.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            out, err = run.communicate()
+            raise AssertionError(
+                f"{' '.join(argv[2:])} still ran after {timeout} s; what it printed last:\n{out[-6000:]}{err[-2000:]}"
+            ) from None
+    return subprocess.CompletedProcess(argv, run.returncode, out, err)
 
 
 def deploy(*args: str, **kwargs) -> subprocess.CompletedProcess:
