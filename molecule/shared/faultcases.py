@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,15 @@ def pids(state: dict) -> dict:
 def name(host) -> str:
     """The inventory name of testinfra's host (each scenario has its own)."""
     return host.backend.host
+
+
+def settled(host, seconds: float = 300) -> None:
+    """Waits until nothing the killed controller had sent still runs on the host: a module already sent keeps
+    running after the controller dies (its ssh master outlives it), and Ansible runs each as `... && sleep 0`."""
+    deadline = time.monotonic() + seconds
+    while host.run("pgrep -f '[&]& sleep 0$'").rc == 0:
+        assert time.monotonic() < deadline, "a module the killed run had sent still runs on the host"
+        time.sleep(0.5)
 
 
 def break_args(host) -> list[str]:

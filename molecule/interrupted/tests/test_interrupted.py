@@ -26,6 +26,7 @@ from faultcases import (
     fault_env,
     pids,
     run,
+    settled,
     temperatures,
 )
 
@@ -39,7 +40,7 @@ def test_a_run_killed_at_a_step_is_repaired_by_the_next_run(host, cases, step, t
     case = cases()
     out = run(change(case), fault=f"kill:{task}" + (f"@{delay}" if delay else ""))
     assert out.returncode != 0 and "PLAY RECAP" not in out.stdout, step
-    time.sleep(2)  # what the killed controller had already asked of the host settles
+    settled(host)
     left = host_state(host)
     assert left["lock"], "a run killed after taking the lock leaves it"
     # A run that does not hold the lease changes nothing.
@@ -59,7 +60,7 @@ def test_a_run_killed_during_its_rollback_is_repaired_by_the_next_run(host, case
     wrong = {**change(case), "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95}}
     out = run(wrong, fault=f"kill:{task}")
     assert out.returncode != 0 and "PLAY RECAP" not in out.stdout
-    time.sleep(2)
+    settled(host)
     assert host_state(host)["lock"]
     converges(host, change(case), *break_args(host))
 

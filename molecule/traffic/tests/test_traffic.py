@@ -27,6 +27,10 @@ HOSTS = ("dsv4-traf-1", "dsv4-traf-2", "dsv4-traf-3", "dsv4-traf-4")
 BALANCER = 25000
 SOCKET = "/var/lib/sglang-dsv4-lab/balancer/traffic.sock"
 RATE = 20
+# A rollout across the four hosts takes about 5 minutes here, and three times that on a 2-core machine that runs the
+# other scenarios' lanes beside it: the run's timeout is only a guard against a hang, and the load runs until the
+# test stops it (SIGTERM), so that it never ends before the rollout does.
+ROLLOUT_TIMEOUT = 2400
 
 
 def balancer_stats() -> dict[str, dict[str, str]]:
@@ -64,9 +68,9 @@ def rollout():
     hosts = {name: lab_host(name) for name in HOSTS}
     before = {name: host_state(h) for name, h in hosts.items()}
     stats = balancer_stats()
-    client = load(900)
+    client = load(ROLLOUT_TIMEOUT + 60)
     time.sleep(3)
-    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65}))
+    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65}), timeout=ROLLOUT_TIMEOUT)
     # The last host back in rotation gets traffic again before the load stops.
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
@@ -80,7 +84,7 @@ def rollout():
     }
     # Back to the inventory with no load running: a canary without traffic has no data and fails (by design), so
     # this one goes without.
-    back = deploy("-e", json.dumps({"sglang_rollout_canary": 0}))
+    back = deploy("-e", json.dumps({"sglang_rollout_canary": 0}), timeout=ROLLOUT_TIMEOUT)
     assert back.returncode == 0, text(back)[-3000:]
 
 
@@ -151,10 +155,14 @@ def test_a_change_that_slows_the_first_token_is_stopped_at_the_canary_and_no_oth
     stops before any other host changes; the clients lose nothing (the canary drains out and back)."""
     hosts = {name: lab_host(name) for name in HOSTS}
     before = {name: host_state(h) for name, h in hosts.items()}
-    client = load(900)
+    client = load(ROLLOUT_TIMEOUT + 60)
     time.sleep(3)
     # The inventory's state after the rollout above, plus the lab fault.
-    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65, "sglang_lab_first_token_seconds": 1.0}))
+    out = deploy(
+        "-e",
+        json.dumps({"sglang_genconfig_temperature": 0.65, "sglang_lab_first_token_seconds": 1.0}),
+        timeout=ROLLOUT_TIMEOUT,
+    )
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
     counted = tally(client)
