@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,14 @@ def test_the_rolled_back_server_logged_the_old_defaults(host):
     invocation = host.check_output("systemctl show -P InvocationID sglang-dsv4-prefill")
     log = host.check_output(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
     assert "{'temperature': 0.6, 'top_p': 0.95}" in log
+
+
+def test_each_lab_host_runs_its_services_in_cgroups_of_its_own(host):
+    """LAB: each lab host boots in a cgroup of its own (roles/lab_hosts), so that a unit stopped on one host never
+    reaches another host's unit of the same name. Read on the controller, where every host's groups are seen."""
+    unified = next(p for p in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if os.path.exists(f"{p}/cgroup.procs"))
+    for unit in ("prefill", "decode", "router"):
+        own = Path(unified, "sglang-dsv4-lab", name(host), f"payload/system.slice/sglang-dsv4-{unit}.service")
+        assert len(own.joinpath("cgroup.procs").read_text().split()) >= 1, own
+        shared = Path(unified, f"payload/system.slice/sglang-dsv4-{unit}.service/cgroup.procs")
+        assert not shared.exists() or shared.read_text() == "", f"{shared} holds processes of lab hosts"
