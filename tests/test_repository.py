@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -230,7 +231,65 @@ def test_nothing_is_encrypted_with_the_lab_vault_password():
         check=False,
     )
     assert out.returncode != 0 and "$ANSIBLE_VAULT" not in out.stdout
-    assert "Did not find a match for --encrypt-vault-id=production" in out.stderr, out.stderr
+    assert "Did not find a match for --encrypt-vault-id=prod" in out.stderr, out.stderr
+
+
+def documented_vault_commands() -> list[str]:
+    """Every `ansible-vault ...` and `--vault-id ...` the README and the production inventory tell operators."""
+    texts = [(ROOT / "README.md").read_text(), (ROOT / "inventories/production/group_vars/sglang_dsv4.yml").read_text()]
+    # A command, without the comment after it ("(clients' key)").
+    commands = [
+        m.group(0).split("(")[0].strip() for t in texts for m in re.finditer(r"ansible-vault encrypt_string [^\n`]*", t)
+    ]
+    ids = {m.group(1) for t in texts for m in re.finditer(r"--vault-id (\w+)@prompt", t)}
+    return commands, ids
+
+
+def test_the_documented_vault_commands_work_as_written(tmp_path):
+    """The README's and the production inventory's commands, run as written with a password file in place of
+    the prompt: the value is encrypted with the production id, and a play given that id decrypts it."""
+    commands, ids = documented_vault_commands()
+    assert commands and ids == {"prod"}, (commands, ids)
+    password = tmp_path / "prod-password"
+    password.write_text("a-production-vault-password\n")
+    bin_dir = Path(sys.executable).parent
+    group_vars = tmp_path / "inventory" / "group_vars" / "all"
+    group_vars.mkdir(parents=True)
+    for number, command in enumerate(commands):
+        argv = shlex.split(command)
+        argv = [str(bin_dir / argv[0]), *(a.replace("prod@prompt", f"prod@{password}") for a in argv[1:])]
+        assert "--name" in argv, command
+        name = argv[argv.index("--name") + 1]
+        out = subprocess.run(
+            [*argv, f"secret-{number}-0123456789abcdef"], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        assert out.returncode == 0, (command, out.stderr)
+        assert out.stdout.startswith(f"{name}: !vault |") and "$ANSIBLE_VAULT;1.2;AES256;prod" in out.stdout
+        (group_vars / f"{name}.yml").write_text(out.stdout.replace(f"{name}: !vault", f"---\n{name}: !vault", 1))
+    (tmp_path / "inventory" / "hosts.yml").write_text("all:\n  hosts:\n    localhost:\n")
+    names = [shlex.split(c)[shlex.split(c).index("--name") + 1] for c in commands]
+    shown = subprocess.run(
+        [
+            str(bin_dir / "ansible"),
+            "localhost",
+            "-i",
+            str(tmp_path / "inventory"),
+            "-c",
+            "local",
+            "--vault-id",
+            f"prod@{password}",
+            "-m",
+            "debug",
+            "-a",
+            f"msg={{{{ [{', '.join(names)}] }}}}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    assert all(f"secret-{n}-0123456789abcdef" in shown.stdout for n in range(len(commands))), shown.stdout
 
 
 def test_ansible_temp_files_are_private_to_the_connecting_user():

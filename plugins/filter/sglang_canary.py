@@ -36,10 +36,15 @@ def sglang_canary_plan(
 
 
 def sglang_canary_verdict(
-    samples: dict, canary: str, stable: list[str], thresholds: dict, repetition: float | None = None
+    samples: dict,
+    canary: str,
+    stable: list[str],
+    thresholds: dict,
+    answers: list | None = None,
+    failed: list | None = None,
 ) -> dict:
     """One round's verdict for one canary host (module_utils/sglang_canary.py)."""
-    return sglang_canary.verdict(samples, canary, stable, thresholds, repetition)
+    return sglang_canary.verdict(samples, canary, stable, thresholds, answers, failed or [])
 
 
 def sglang_canary_errors(thresholds: dict) -> list[str]:

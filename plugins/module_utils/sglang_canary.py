@@ -48,7 +48,8 @@ def queries(hosts: list[str], window: int) -> dict[str, str]:
 
 
 def by_host(answer: dict[str, Any]) -> dict[str, float]:
-    """A Prometheus instant-query answer (vector) as host -> value; NaN (0/0, an empty histogram) is no data."""
+    """A Prometheus instant-query answer (vector) as host -> value; NaN (0/0, an empty histogram) and +-Inf (a
+    quantile above the last finite bucket, a division by zero) are no data."""
     values: dict[str, float] = {}
     for sample in (answer.get("data") or {}).get("result") or []:
         host = (sample.get("metric") or {}).get("host")
@@ -56,9 +57,35 @@ def by_host(answer: dict[str, Any]) -> dict[str, float]:
             value = float(sample["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
-        if host and not math.isnan(value):
+        if host and math.isfinite(value):
             values[host] = value
     return values
+
+
+# The n-grams the semantic check counts, and the fewest words an answer needs for its share of repeats to say
+# anything (a few n-grams that happen to differ prove nothing).
+NGRAM = 3
+MIN_WORDS = 4 * NGRAM
+
+
+def repetition(answers: list[dict[str, Any]] | None, n: int = NGRAM) -> tuple[float | None, str]:
+    """(the highest share of repeated word n-grams over the answers, "") or (None, why it cannot be judged): no
+    answer, an answer that failed, one without content, or one shorter than MIN_WORDS words."""
+    if not answers:
+        return None, "the fixed prompts got no answer"
+    shares = []
+    for number, answer in enumerate(answers, 1):
+        if not isinstance(answer, dict) or answer.get("status") != 200:
+            status = answer.get("status") if isinstance(answer, dict) else None
+            return None, f"the fixed prompt {number} got no answer (status {status})"
+        content = answer.get("content")
+        words = content.split() if isinstance(content, str) else []
+        if len(words) < MIN_WORDS:
+            have = f"the answer to fixed prompt {number} has {len(words)} word(s)"
+            return None, f"{have}, fewer than the {MIN_WORDS} the check needs"
+        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+        shares.append(round(1 - len(set(grams)) / len(grams), 3))
+    return max(shares), ""
 
 
 def verdict(
@@ -66,11 +93,15 @@ def verdict(
     canary: str,
     stable: list[str],
     thresholds: dict[str, Any],
-    repetition: float | None,
+    answers: list[dict[str, Any]] | None,
+    failed_queries: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """One round for one canary host: {"ok", "failures": [reasons], "values": {check: value}}."""
+    """One round for one canary host: {"ok", "failures": [reasons], "values": {check: value}}.
+
+    `answers` are the canary router's answers to the fixed prompts ({status, content}); `failed_queries` the checks
+    whose Prometheus query failed: each fails the round, whatever a missing series would otherwise mean."""
     t = normalize(thresholds)[0]
-    failures: list[str] = []
+    failures: list[str] = [f"no data: the {check} query failed" for check in sorted(set(failed_queries))]
     values: dict[str, Any] = {}
 
     def own(check: str) -> float | None:
@@ -100,19 +131,22 @@ def verdict(
                 f"{label} {mine:.3f} s is {mine / theirs if theirs else float('inf'):.2f}x the hosts not yet changed"
                 f" ({theirs:.3f} s; limit {t['max_latency_ratio']}x)"
             )
-    values["transfer_failures"] = own("transfer_failures") or 0.0
-    if values["transfer_failures"] > 0:
+    # Absent counters are no failure, but only from a query that answered.
+    values["transfer_failures"] = None if "transfer_failures" in failed_queries else own("transfer_failures") or 0.0
+    if values["transfer_failures"]:
         failures.append(f"{values['transfer_failures']:.0f} PD bootstrap or KV transfer failure(s)")
     values["defaults_in_effect"] = own("defaults_in_effect")
     if values["defaults_in_effect"] is None:
         failures.append("no data: whether the managed defaults are in effect (sglang_dsv4_server_defaults_in_effect)")
     elif values["defaults_in_effect"] != 1:
         failures.append("a server of the canary does not run with the managed sampling defaults")
-    values["repetition"] = repetition
-    if repetition is None:
-        failures.append("no data: the fixed prompts got no answer")
-    elif repetition > t["max_repetition"]:
-        failures.append(f"answers to the fixed prompts repeat themselves ({repetition:.2f} > {t['max_repetition']})")
+    values["repetition"], why = repetition(answers)
+    if values["repetition"] is None:
+        failures.append(f"no data: {why}")
+    elif values["repetition"] > t["max_repetition"]:
+        failures.append(
+            f"answers to the fixed prompts repeat themselves ({values['repetition']:.2f} > {t['max_repetition']})"
+        )
     return {"ok": not failures, "failures": failures, "values": values}
 
 

@@ -13,12 +13,16 @@ import urllib.error
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 
+# The one "no answer" that proves a service holds no request: its port is closed.
+NOTHING_LISTENS = "no answer (nothing listens)"
+
 
 def call(
     url: str, method: str | None = None, key: str = "", body: dict | None = None, timeout: float = 10
 ) -> tuple[int, str, bytes]:
     """(status, message, body) of one request, JSON `body` if given (POST unless `method` says otherwise), the
-    bearer `key` if not empty; status 0 when nothing answered."""
+    bearer `key` if not empty; status 0 when nothing answered, with a message that starts with NOTHING_LISTENS only
+    when the connection was refused (no process on that port), not when it timed out or broke."""
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
@@ -37,4 +41,7 @@ def call(
     except urllib.error.HTTPError as error:
         return error.code, f"HTTP Error {error.code}: {error.reason}", b""
     except (urllib.error.URLError, OSError, UrlConnectionError) as error:
-        return 0, f"no answer: {getattr(error, 'reason', error)}", b""
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ConnectionRefusedError) or isinstance(error, ConnectionRefusedError):
+            return 0, f"{NOTHING_LISTENS}: {reason}", b""
+        return 0, f"no answer: {reason}", b""

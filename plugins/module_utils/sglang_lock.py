@@ -8,15 +8,20 @@ a run whose lease is gone (broken by another run) stops at its next step and tou
 A lock is read without following links and without blocking; anything but a small regular owner file with the
 expected fields is reported as an unreadable lock whose holder is unknown, never as a traceback or a hang.
 A live lease is broken only by naming its run id; a plain break (`true`) clears an expired or unreadable lock.
+Every change of the lock (take, break, renew, release) happens under an exclusive flock of a root-only file beside
+it, so that two runs breaking the same expired lock at once cannot both win: the second sees the first's live lease.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import stat
 import time
+from collections.abc import Iterator
 from typing import Any
 
 OWNER = "owner.json"
@@ -117,6 +122,30 @@ def may_break(holder: dict[str, Any] | None, break_lock: str) -> tuple[bool, str
     return False, f"{describe(holder)}: sglang_rollout_break_lock={break_lock} does not name that run"
 
 
+@contextlib.contextmanager
+def _serialized(path: str) -> Iterator[None]:
+    """Hold the exclusive flock of PATH.guard (a root-only regular file, never opened through a link) while the
+    lock is read and changed. The kernel drops it when the holder dies, so a killed run never leaves it held."""
+    guard = path.rstrip("/") + ".guard"
+    handle = os.open(guard, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise OSError(f"{guard} is not a regular file of this account")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+def lost_message(path: str, run_id: str, holder: dict[str, Any]) -> str:
+    """What a run that lost the lock says, at the step that found out."""
+    return (
+        f"this run (run {run_id}) no longer holds the rollout lock {path}: it is now held by {holder.get('owner')}"
+        f" (run {holder.get('run_id')}); this run stops here and touches nothing more on this host"
+    )
+
+
 def _remove(path: str) -> None:
     if os.path.islink(path) or not os.path.isdir(path):
         os.unlink(path)
@@ -139,6 +168,13 @@ def acquire(
     unsafe = _unsafe_parent(path)
     if unsafe:
         return False, None, unsafe
+    with _serialized(path):
+        return _acquire(path, run_id, owner, lease, break_lock)
+
+
+def _acquire(
+    path: str, run_id: str, owner: str, lease: int, break_lock: str
+) -> tuple[bool, dict[str, Any] | None, str]:
     holder = inspect(path)
     if holder is not None and holder.get("run_id") == run_id:
         return True, None, ""
@@ -159,6 +195,11 @@ def acquire(
 
 def renew(path: str, run_id: str, lease: int) -> dict[str, Any] | None:
     """Extend this run's lease (the fencing check); returns the holder when this run no longer holds the lock."""
+    with _serialized(path):
+        return _renew(path, run_id, lease)
+
+
+def _renew(path: str, run_id: str, lease: int) -> dict[str, Any] | None:
     holder = inspect(path)
     if holder is None or holder.get("run_id") != run_id:
         return holder or {"run_id": None, "owner": "nobody", "age": 0, "expired": False}
@@ -170,8 +211,9 @@ def renew(path: str, run_id: str, lease: int) -> dict[str, Any] | None:
 
 def release(path: str, run_id: str) -> bool:
     """Remove the lock if this run holds it; True when it did."""
-    holder = inspect(path)
-    if holder is None or holder.get("run_id") != run_id:
-        return False
-    _remove(path)
-    return True
+    with _serialized(path):
+        holder = inspect(path)
+        if holder is None or holder.get("run_id") != run_id:
+            return False
+        _remove(path)
+        return True

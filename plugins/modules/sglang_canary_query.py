@@ -58,6 +58,10 @@ errors:
   description: The checks Prometheus did not answer, with why.
   returned: always
   type: list
+failed:
+  description: The names of the checks whose query failed (their samples are empty; the verdict fails them).
+  returned: always
+  type: list
 """
 
 import base64
@@ -98,17 +102,19 @@ def main() -> None:
         wanted = queries(p["hosts"], p["window"])
     except ValueError as error:
         module.fail_json(msg=f"canary analysis: {error}")
-    samples, errors = {}, []
+    samples, errors, failed = {}, [], []
     for check, query in wanted.items():
         try:
             answer = ask(p, query)
         except (urllib.error.URLError, OSError, UrlConnectionError, ValueError) as error:
             errors.append(f"{check}: {p['url']} did not answer ({error})")
+            failed.append(check)
             answer = {}
         if answer and answer.get("status") != "success":
             errors.append(f"{check}: {answer.get('errorType')}: {answer.get('error')}")
-        samples[check] = by_host(answer)
-    module.exit_json(changed=False, samples=samples, errors=errors)
+            failed.append(check)
+        samples[check] = by_host(answer) if check not in failed else {}
+    module.exit_json(changed=False, samples=samples, errors=errors, failed=failed)
 
 
 if __name__ == "__main__":

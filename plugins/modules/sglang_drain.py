@@ -18,6 +18,9 @@ description:
     from its command line), waits until C(/readiness) answers 200 and then O(notice_seconds) for the balancer to
     send to the host again, and removes O(state_file). Without a state file it does nothing.
   - Every wait is bounded; a drain that does not end in time returns C(timed_out) with what is still in flight.
+  - The drain never fails open. Only a refused connection (nothing listens on the port) counts as a server with
+    nothing in flight; any other error, HTTP status or timeout of a C(/metrics) read is unknown, and the drain
+    keeps looking until its timeout, then returns C(timed_out) naming what it could not read.
 options:
   state:
     description: C(drained) or C(restored).
@@ -28,10 +31,25 @@ options:
     description: The router's URL on the host (its control plane is on the same port).
     type: str
     required: true
-  admin_key:
-    description: The router's admin key (never logged).
-    type: str
+  admin_credential:
+    description:
+      - The admin-key credential of the running router, as systemd handed it to the current invocation
+        (C(/run/credentials/UNIT/admin-key), in the form C(id:name:role:key) that C(--control-plane-api-keys) takes).
+      - The drain and the restore speak to the router with the key it runs with, read here on the host. A key
+        rotated in the inventory takes over only when the router restarts with it, and never crosses the
+        controller.
+    type: path
     required: true
+  router_unit:
+    description:
+      - The router's systemd unit (C(restored)). When it has no unit file (a rollback of a first deploy removed it),
+        there is no router to put back into rotation (the state file is removed and nothing is waited for).
+    type: str
+  fence:
+    description:
+      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and renewed in this call, before
+        anything is removed or put back. A run that lost the lock fails with C(lost) and touches nothing.
+    type: dict
   metrics_urls:
     description: The C(/metrics) URLs of prefill and decode.
     type: list
@@ -63,7 +81,7 @@ EXAMPLES = r"""
   dsv4.sglang.sglang_drain:
     state: drained
     router_url: http://127.0.0.1:8000
-    admin_key: "{{ sglang_services_admin_key }}"
+    admin_credential: /run/credentials/sglang-dsv4-router.service/admin-key
     metrics_urls: [http://127.0.0.1:30000/metrics, http://127.0.0.1:30001/metrics]
     state_file: /run/sglang-dsv4/drain.json
 """
@@ -78,13 +96,21 @@ timed_out:
   returned: state=drained
   type: bool
 in_flight:
-  description: Requests still in flight at the end of the wait.
+  description: Requests still in flight at the end of the wait; null when a server's load could not be read.
   returned: state=drained
   type: int
+unreadable:
+  description: The C(/metrics) reads that failed at the last look (URL and why), when the drain timed out on them.
+  returned: state=drained
+  type: list
 seconds:
   description: How long the step took.
   returned: always
   type: float
+no_router:
+  description: The router has no unit file, so nothing was put back and the state file was removed (C(restored)).
+  returned: when it has none
+  type: bool
 workers:
   description: The workers removed (C(drained)) or put back (C(restored)).
   returned: always
@@ -92,11 +118,13 @@ workers:
 """
 
 import json
+import math
 import os
 import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http, sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
 
 # SGLang 0.5.23's load gauges (srt/observability/metrics_collector.py): what a server still has to finish.
@@ -110,6 +138,8 @@ IN_FLIGHT = (
 )
 # Seconds between two looks at the router and the servers' load.
 POLL = 0.2
+# The longest wait for one /metrics answer (a busy server may be slow: that is unknown, and looked at again).
+METRICS_TIMEOUT = 5
 # How long a registration may stay queued before restore sends it again.
 RESEND = 5.0
 
@@ -119,19 +149,58 @@ def call(url: str, method: str = "GET", key: str = "", body: dict | None = None)
     return status, answer
 
 
-def in_flight(urls: list[str]) -> int:
-    """The servers' requests still to finish. A server whose /metrics does not answer is not running (a failed
-    start, or a rollback's second drain): it has nothing left to finish."""
-    total = 0.0
+def in_flight(urls: list[str]) -> tuple[int | None, list[str]]:
+    """(the servers' requests still to finish, or None when a load could not be read; what could not be read).
+
+    A server whose port is closed (connection refused: a failed start, or a rollback's second drain) has nothing
+    left to finish. Anything else that is not a readable 200 (an error status, a timeout of a busy server, a
+    broken answer) is unknown, never zero."""
+    total, unreadable = 0.0, []
     for url in urls:
-        status, body = call(url)
-        if status != 200:
+        status, message, body = sglang_http.call(url, timeout=METRICS_TIMEOUT)
+        if status == 0 and message.startswith(sglang_http.NOTHING_LISTENS):
             continue
+        if status != 200:
+            unreadable.append(f"{url}: {message}")
+            continue
+        # A gauge that has no sample yet (a server that served nothing since its start) is no load.
         for line in body.decode(errors="replace").splitlines():
             name = line.split("{", 1)[0].split(" ", 1)[0]
             if name in IN_FLIGHT:
-                total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+                try:
+                    value = float(line.rsplit(" ", 1)[1])
+                except (IndexError, ValueError):
+                    value = math.nan
+                if not math.isfinite(value) or value < 0:
+                    unreadable.append(f"{url}: {name} is {line.rsplit(' ', 1)[-1]!r}")
+                    break
+                total += value
+    return (None if unreadable else int(total)), unreadable
+
+
+def running_key(path: str) -> str | None:
+    """The admin key the running router started with (its credential, id:name:role:key), or None when it has none
+    (a router that does not run has no credentials folder)."""
+    raw = read_regular(path, limit=4096)
+    if raw is None:
+        return None
+    entry = raw.decode(errors="replace").strip()
+    return entry.split(":", 3)[3] if entry.count(":") >= 3 else entry
+
+
+def installed(module: AnsibleModule, unit: str) -> bool:
+    _rc, out, _err = module.run_command(["systemctl", "show", unit, "--property=LoadState"])
+    return out.strip() != "LoadState=not-found"
+
+
+def fenced(module: AnsibleModule) -> None:
+    """Fail, touching nothing, when this run no longer holds the host's rollout lock (and renew its lease)."""
+    fence = module.params.get("fence")
+    if not fence:
+        return
+    holder = sglang_lock.renew(fence["path"], fence["run_id"], int(fence["lease"]))
+    if holder is not None:
+        module.fail_json(msg=sglang_lock.lost_message(fence["path"], fence["run_id"], holder), holder=holder, lost=True)
 
 
 def listed_workers(router: str, key: str) -> list[dict] | None:
@@ -200,22 +269,35 @@ class Eviction:
 def drain(module: AnsibleModule) -> None:
     p = module.params
     started = time.monotonic()
-    router, key = p["router_url"].rstrip("/"), p["admin_key"]
+    router = p["router_url"].rstrip("/")
     saved = load_state(p["state_file"])
     if saved is None and readiness(router) != 200:
         # Not in rotation now (a first start, a router that does not run): nothing to take out.
-        module.exit_json(changed=False, drained=True, timed_out=False, in_flight=0, seconds=0.0, workers=[])
-    listed = listed_workers(router, key)
+        module.exit_json(
+            changed=False, drained=True, timed_out=False, in_flight=0, unreadable=[], seconds=0.0, workers=[]
+        )
+    key = running_key(p["admin_credential"])
+    listed = listed_workers(router, key) if key is not None else None
     if listed is None and saved is None:
-        module.fail_json(msg=f"the router's control plane at {router}/workers did not answer to the admin key")
+        why = "did not answer to" if key is not None else f"cannot be asked: no {p['admin_credential']} holds"
+        module.fail_json(msg=f"the router's control plane at {router}/workers {why} the admin key it runs with")
     if module.check_mode:
         workers = saved if saved is not None else [saved_form(w) for w in listed or []]
-        module.exit_json(changed=bool(listed), drained=True, timed_out=False, in_flight=0, seconds=0.0, workers=workers)
+        module.exit_json(
+            changed=bool(listed),
+            drained=True,
+            timed_out=False,
+            in_flight=0,
+            unreadable=[],
+            seconds=0.0,
+            workers=workers,
+        )
+    fenced(module)
     # A drain left by a rollback's first attempt or a run that died keeps the workers it saved.
     if saved is None:
         saved = [saved_form(w) for w in listed or []]
         save_state(p["state_file"], saved)
-    evict = Eviction(module, router, key, p["state_file"], saved)
+    evict = Eviction(module, router, key or "", p["state_file"], saved)
     # Out of rotation once no worker is listed and /readiness is anything but 200 (503, or no answer from a router
     # that does not run).
     if not wait_for(lambda: evict() == 0 and readiness(router) != 200, 30):
@@ -229,11 +311,11 @@ def drain(module: AnsibleModule) -> None:
     while time.monotonic() < notice:
         evict()
         time.sleep(POLL)
-    left = {"n": 0}
+    left: dict[str, Any] = {"n": None, "unreadable": []}
 
     def idle() -> bool:
         evict()
-        left["n"] = in_flight(p["metrics_urls"])
+        left["n"], left["unreadable"] = in_flight(p["metrics_urls"])
         return left["n"] == 0
 
     drained = wait_for(idle, p["timeout"])
@@ -242,6 +324,7 @@ def drain(module: AnsibleModule) -> None:
         drained=drained,
         timed_out=not drained,
         in_flight=left["n"],
+        unreadable=left["unreadable"],
         seconds=round(time.monotonic() - started, 1),
         workers=evict.workers,
     )
@@ -250,12 +333,16 @@ def drain(module: AnsibleModule) -> None:
 def restore(module: AnsibleModule) -> None:
     p = module.params
     started = time.monotonic()
-    router, key = p["router_url"].rstrip("/"), p["admin_key"]
+    router = p["router_url"].rstrip("/")
     workers = load_state(p["state_file"])
     if workers is None:
         module.exit_json(changed=False, seconds=0.0, workers=[])
     if module.check_mode:
         module.exit_json(changed=True, seconds=0.0, workers=workers)
+    fenced(module)
+    if p["router_unit"] and not installed(module, p["router_unit"]):
+        os.unlink(p["state_file"])
+        module.exit_json(changed=True, seconds=0.0, workers=[], no_router=True)
     # Level-triggered too: a registration the router queued and lost is sent again, every few seconds.
     resend = {"at": 0.0}
 
@@ -263,6 +350,8 @@ def restore(module: AnsibleModule) -> None:
         if readiness(router) == 200:
             return True
         if not p["router_restarted"] and time.monotonic() >= resend["at"]:
+            # Read again at every resend: a router that restarted meanwhile runs with its new key.
+            key = running_key(p["admin_credential"]) or ""
             present = {w.get("url") for w in listed_workers(router, key) or []}
             for worker in workers:
                 if worker["url"] in present:
@@ -291,7 +380,9 @@ def main() -> None:
         argument_spec={
             "state": {"type": "str", "choices": ["drained", "restored"], "required": True},
             "router_url": {"type": "str", "required": True},
-            "admin_key": {"type": "str", "required": True, "no_log": True},
+            "admin_credential": {"type": "path", "required": True},
+            "router_unit": {"type": "str"},
+            "fence": {"type": "dict"},
             "metrics_urls": {"type": "list", "elements": "str", "default": []},
             "state_file": {"type": "path", "required": True},
             "notice_seconds": {"type": "int", "default": 10},

@@ -181,7 +181,16 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
     startup_defaults,
 )
 
-PROPERTIES = ("Id", "ActiveState", "SubState", "InvocationID", "MainPID", "NeedDaemonReload", "UnitFileState")
+PROPERTIES = (
+    "Id",
+    "ActiveState",
+    "SubState",
+    "InvocationID",
+    "MainPID",
+    "NeedDaemonReload",
+    "UnitFileState",
+    "LoadState",
+)
 
 
 # Every host command of the plan is bounded: one wedged host fails its own plan in seconds, naming the command,
@@ -528,6 +537,8 @@ def main() -> None:
             "invocation": props.get("InvocationID", ""),
             "pid": int(props.get("MainPID") or 0),
             "need_reload": props.get("NeedDaemonReload") == "yes",
+            # No unit file at all (never installed, or removed by a rollback of a first deploy).
+            "installed": props.get("LoadState", "not-found") != "not-found",
             "record": {"digest": record.get("digest"), "invocation": record.get("invocation")} if record else None,
         }
         entry["status"] = unit_status(entry, record, inputs_digest(wanted), inputs_digest(current))

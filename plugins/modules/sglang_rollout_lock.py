@@ -86,13 +86,7 @@ def main() -> None:
     elif p["state"] == "renewed":
         holder = sglang_lock.renew(p["path"], p["run_id"], p["lease"])
         if holder is not None:
-            module.fail_json(
-                msg=f"this run (run {p['run_id']}) no longer holds the rollout lock {p['path']}: it is now held by "
-                f"{holder.get('owner')} (run {holder.get('run_id')}); this run stops here and touches nothing more "
-                "on this host",
-                holder=holder,
-                lost=True,
-            )
+            module.fail_json(msg=sglang_lock.lost_message(p["path"], p["run_id"], holder), holder=holder, lost=True)
     else:
         sglang_lock.release(p["path"], p["run_id"])
     module.exit_json(changed=False)

@@ -11,7 +11,11 @@ description:
     (C(systemctl --no-block)), then waits until every listed unit is active and its URL answers 200.
   - Bounded by one start timeout plus C(margin) seconds in all. Fails at once, naming the unit and quoting its
     journal, when a unit enters C(failed) or C(auto-restart) (its start failed and systemd would retry).
-  - Units that are not installed (after a rollback of a first deploy) are left alone.
+  - Units that are not installed are not started. One of O(orphans) that still runs with no unit file (a
+    rollback of a first deploy removed it) is stopped and cleared, so that nothing runs that no file on disk
+    describes (on a GPU host such a process would hold every GPU's memory and the ports the next run needs).
+  - The journal lines quoted in a failure have every key masked (the values in O(secret_files), and any
+    key-shaped value).
   - In check mode it reports what it would do and does nothing.
 options:
   daemon_reload:
@@ -44,6 +48,27 @@ options:
     description: Seconds allowed beyond the start timeout.
     type: int
     default: 15
+  orphans:
+    description: The units (and the target) this collection manages; any of them that runs with no unit file is
+      stopped.
+    type: list
+    elements: str
+    default: []
+  unit_dir:
+    description: Where the units' files and their enable links are; a link left to one of O(orphans) whose unit file
+      is gone is removed, and so is a C(.wants) folder of theirs left empty.
+    type: path
+    default: /etc/systemd/system
+  secret_files:
+    description: The credential files on the host whose values are masked in quoted journal lines.
+    type: list
+    elements: path
+    default: []
+  fence:
+    description:
+      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and renewed in this call before
+        anything restarts. A run that lost the lock fails with C(lost) and restarts nothing.
+    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -68,12 +93,24 @@ units:
   description: Per waited unit, its last ActiveState/SubState and URL status.
   returned: always
   type: dict
+stopped:
+  description: The units stopped because they ran with no unit file.
+  returned: always
+  type: list
+unlinked:
+  description: The enable links (and empty C(.wants) folders) removed because their unit file is gone.
+  returned: always
+  type: list
 """
 
+import glob
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact, secrets_of
 
 # Seconds between two looks at the units: a restart is seen about this soon after it is ready.
 POLL = 0.2
@@ -92,9 +129,37 @@ def installed(module: AnsibleModule, name: str) -> bool:
     return unit_props(module, name).get("LoadState") not in ("not-found", None)
 
 
+def orphaned(module: AnsibleModule, name: str) -> bool:
+    """Whether the unit runs (or is starting, stopping, or failed) while no unit file describes it."""
+    props = unit_props(module, name)
+    return props.get("LoadState") == "not-found" and props.get("ActiveState") not in ("inactive", None, "")
+
+
+def unit_file_name(name: str) -> str:
+    return name if "." in name else f"{name}.service"
+
+
+def unlink_dangling(unit_dir: str, names: list[str]) -> list[str]:
+    """Remove the enable links to these units whose unit file is gone, and their own .wants folders left empty: a
+    rolled-back first deploy leaves nothing enabled that was not before."""
+    files = {unit_file_name(name) for name in names}
+    removed = []
+    for folder in sorted(glob.glob(os.path.join(glob.escape(unit_dir), "*.wants"))):
+        for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) and not os.path.islink(folder) else []:
+            link = os.path.join(folder, entry)
+            if entry in files and os.path.islink(link) and not os.path.exists(link):
+                os.unlink(link)
+                removed.append(link)
+        owner = os.path.basename(folder).removesuffix(".wants")
+        if owner in files and not os.path.exists(os.path.join(unit_dir, owner)) and not os.listdir(folder):
+            os.rmdir(folder)
+            removed.append(folder)
+    return removed
+
+
 def journal_tail(module: AnsibleModule, name: str) -> str:
     _unused, out, _unused2 = module.run_command(["journalctl", "--no-pager", "-o", "cat", "-n", "12", "-u", name])
-    return out.strip()
+    return redact(out.strip(), secrets_of(module.params["secret_files"]))
 
 
 def main() -> None:
@@ -106,15 +171,39 @@ def main() -> None:
             "wait": {"type": "list", "elements": "dict", "default": []},
             "timeout": {"type": "int", "required": True},
             "margin": {"type": "int", "default": 15},
+            "orphans": {"type": "list", "elements": "str", "default": []},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "secret_files": {"type": "list", "elements": "path", "default": []},
+            "fence": {"type": "dict"},
         },
         supports_check_mode=True,
     )
     p = module.params
     acting = bool(p["daemon_reload"] or p["restart"])
     if module.check_mode:
-        module.exit_json(changed=acting, waited=0.0, units={})
+        module.exit_json(changed=acting, waited=0.0, units={}, stopped=[], unlinked=[])
+    fence = p["fence"]
+    if fence:
+        holder = sglang_lock.renew(fence["path"], fence["run_id"], int(fence["lease"]))
+        if holder is not None:
+            module.fail_json(
+                msg=sglang_lock.lost_message(fence["path"], fence["run_id"], holder), holder=holder, lost=True
+            )
     if p["daemon_reload"]:
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
+    stopped = [name for name in p["orphans"] if orphaned(module, name)]
+    if stopped:
+        # Blocking: bounded by each unit's TimeoutStopSec, and gone before anything else starts on their ports.
+        module.run_command(["systemctl", "stop", *stopped], check_rc=False)
+        module.run_command(["systemctl", "reset-failed", *stopped], check_rc=False)
+        running = [name for name in stopped if orphaned(module, name)]
+        if running:
+            module.fail_json(msg=f"these units run with no unit file and did not stop: {', '.join(running)}")
+        acting = True
+    unlinked = unlink_dangling(p["unit_dir"], [n for n in p["orphans"] if not installed(module, n)])
+    if unlinked:
+        module.run_command(["systemctl", "daemon-reload"], check_rc=True)
+        acting = True
     # Units this call restarts must come up anew: the old process answering /health, or the "failed" or
     # "auto-restart" state of an earlier start, says nothing about the new one. A unit counts once it has left the
     # inactive state after this call (systemd's monotonic clock is this host's).
@@ -152,6 +241,8 @@ def main() -> None:
                     f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(module, name)}",
                     units=units,
                     waited=round(time.monotonic() - started, 1),
+                    stopped=stopped,
+                    unlinked=unlinked,
                 )
             if entry["active"] == "active" and entry["sub"] == "running":
                 # The router's own certificate, on loopback: checked for being up, not for who it is.
@@ -169,9 +260,13 @@ def main() -> None:
                 msg=f"not ready within the start timeout of {p['timeout']} s (+{p['margin']} s): {late}",
                 units=units,
                 waited=round(time.monotonic() - started, 1),
+                stopped=stopped,
+                unlinked=unlinked,
             )
         time.sleep(POLL)
-    module.exit_json(changed=acting, waited=round(time.monotonic() - started, 1), units=units)
+    module.exit_json(
+        changed=acting, waited=round(time.monotonic() - started, 1), units=units, stopped=stopped, unlinked=unlinked
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -42,13 +43,69 @@ def server():
 
 
 def test_in_flight_sums_running_queued_and_pd_queues_only(server):
-    assert drain.in_flight([server]) == 6
-    assert drain.in_flight([server, server]) == 12
+    assert drain.in_flight([server]) == (6, [])
+    assert drain.in_flight([server, server]) == (12, [])
 
 
-def test_a_server_that_does_not_answer_has_nothing_in_flight(server):
-    assert drain.in_flight(["http://127.0.0.1:9/metrics"]) == 0
-    assert drain.in_flight([server, "http://127.0.0.1:9/metrics"]) == 6
+def test_only_a_closed_port_means_nothing_in_flight(server):
+    assert drain.in_flight(["http://127.0.0.1:9/metrics"]) == (0, [])
+    assert drain.in_flight([server, "http://127.0.0.1:9/metrics"]) == (6, [])
+
+
+@pytest.fixture
+def answering():
+    """A /metrics that answers what the test sets: a status, a body, or a hang longer than the drain's read."""
+    reply = {"status": 200, "body": METRICS, "hang": 0.0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(reply["hang"])
+            data = reply["body"].encode()
+            self.send_response(reply["status"])
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics", reply
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    "status, body, hang",
+    [
+        (500, "", 0.0),
+        (401, "", 0.0),
+        (503, METRICS, 0.0),
+        (200, 'sglang:num_running_reqs{tp_rank="0"} NaN\n', 0.0),
+        (200, 'sglang:num_running_reqs{tp_rank="0"} +Inf\n', 0.0),
+        (200, 'sglang:num_queue_reqs{tp_rank="0"} many\n', 0.0),
+        (200, METRICS, 1.5),
+    ],
+    ids=["500", "401", "503", "nan", "inf", "garbled", "hang"],
+)
+def test_an_error_a_bad_value_or_a_timeout_is_unknown_never_zero(answering, monkeypatch, status, body, hang):
+    url, reply = answering
+    monkeypatch.setattr(drain, "METRICS_TIMEOUT", 0.5)
+    reply.update(status=status, body=body, hang=hang)
+    count, unreadable = drain.in_flight([url, "http://127.0.0.1:9/metrics"])
+    assert count is None
+    assert len(unreadable) == 1 and unreadable[0].startswith(url)
+
+
+def test_a_drain_that_cannot_read_a_load_times_out_saying_what_it_could_not_read(router, answering, monkeypatch):
+    _url, module = router
+    metrics, reply = answering
+    monkeypatch.setattr(drain, "METRICS_TIMEOUT", 0.5)
+    reply.update(status=500, body="")
+    module.params.update(metrics_urls=[metrics], timeout=2)
+    result = run(drain.drain, module)
+    assert result["drained"] is False and result["timed_out"] is True
+    assert result["in_flight"] is None and result["unreadable"] and "500" in result["unreadable"][0]
 
 
 def test_every_gauge_the_drain_waits_on_is_one_sglang_and_the_stand_in_export():
@@ -72,6 +129,14 @@ class Router(BaseHTTPRequestHandler):
     workers: ClassVar[dict[str, dict]] = {}
     lose: ClassVar[dict[str, int]] = {"DELETE": 0, "POST": 0}
     calls: ClassVar[list[str]] = []
+    # The admin key the router runs with: its control plane answers 401 to any other.
+    key: ClassVar[str] = "k" * 16
+
+    def refused(self) -> bool:
+        if self.path != "/readiness" and self.headers.get("Authorization") != f"Bearer {self.key}":
+            self.reply(401)
+            return True
+        return False
 
     def reply(self, status: int, body: dict | None = None) -> None:
         data = json.dumps(body or {}).encode()
@@ -81,12 +146,16 @@ class Router(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if self.refused():
+            return None
         if self.path == "/readiness":
             kinds = {w["worker_type"] for w in self.workers.values()}
             return self.reply(200 if kinds == {"prefill", "decode"} else 503)
         return self.reply(200, {"workers": list(self.workers.values())})
 
     def do_DELETE(self):
+        if self.refused():
+            return
         self.calls.append("DELETE")
         if self.lose["DELETE"]:
             self.lose["DELETE"] -= 1
@@ -95,6 +164,8 @@ class Router(BaseHTTPRequestHandler):
         self.reply(202)
 
     def do_POST(self):
+        if self.refused():
+            return
         self.calls.append("POST")
         worker = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.lose["POST"]:
@@ -115,7 +186,15 @@ class Module:
     check_mode = False
 
     def __init__(self, **params) -> None:
-        self.params = {"notice_seconds": 0, "timeout": 10, "router_restarted": False, "metrics_urls": [], **params}
+        self.params = {
+            "notice_seconds": 0,
+            "timeout": 10,
+            "router_restarted": False,
+            "metrics_urls": [],
+            "fence": None,
+            "router_unit": None,
+            **params,
+        }
 
     def exit_json(self, **result):
         raise ExitError(result)
@@ -133,11 +212,13 @@ PD = [
 @pytest.fixture
 def router(tmp_path):
     Router.workers = {ident(w): {"id": ident(w), "is_healthy": True, **w} for w in PD}
-    Router.lose, Router.calls = {"DELETE": 0, "POST": 0}, []
+    Router.lose, Router.calls, Router.key = {"DELETE": 0, "POST": 0}, [], "k" * 16
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Router)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield url, Module(router_url=url, admin_key="k" * 16, state_file=str(tmp_path / "drain.json"))
+    credential = tmp_path / "admin-key"
+    credential.write_text("dsv4-admin:operators:admin:" + "k" * 16 + "\n")
+    yield url, Module(router_url=url, admin_credential=str(credential), state_file=str(tmp_path / "drain.json"))
     httpd.shutdown()
 
 
@@ -187,7 +268,52 @@ def test_a_lost_registration_is_sent_again_until_the_router_is_ready(router, mon
 
 
 def test_a_router_that_does_not_answer_stops_the_drain_by_name(tmp_path):
-    module = Module(router_url="http://127.0.0.1:9", admin_key="k" * 16, state_file=str(tmp_path / "drain.json"))
+    module = Module(
+        router_url="http://127.0.0.1:9",
+        admin_credential=str(tmp_path / "none"),
+        state_file=str(tmp_path / "drain.json"),
+    )
     result = run(drain.drain, module)
     # Not in rotation: nothing to take out, nothing saved.
     assert result["changed"] is False and not (tmp_path / "drain.json").exists()
+
+
+def test_the_drain_and_the_restore_use_the_key_the_router_runs_with_not_the_inventorys(router, tmp_path):
+    """A rotation: the inventory's new key is nowhere in the call; the running router's credential is read on the
+    host, and after the router restarted with the new key (its new credential), the restore uses that one."""
+    url, module = router
+    assert "admin_key" not in module.params
+    result = run(drain.drain, module)
+    assert result["drained"] is True and Router.workers == {}
+    new = "n" * 40
+    Router.key = new
+    (tmp_path / "admin-key").write_text(f"dsv4-admin:operators:admin:{new}\n")
+    run(drain.restore, module)
+    assert drain.readiness(url) == 200
+
+
+def test_a_drain_without_the_running_routers_credential_names_it(router, tmp_path):
+    _url, module = router
+    module.params["admin_credential"] = str(tmp_path / "gone")
+    with pytest.raises(AssertionError, match=r"no .*gone holds the admin key it runs with"):
+        drain.drain(module)
+    assert len(Router.workers) == 2
+
+
+def test_a_run_that_lost_the_lock_neither_drains_nor_restores(router, tmp_path):
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
+
+    url, module = router
+    (tmp_path / "run").mkdir(mode=0o755)
+    lock = str(tmp_path / "run" / "lock")
+    assert sglang_lock.acquire(lock, "other-run", "bob@ctl", 600)[0]
+    module.params["fence"] = {"path": lock, "run_id": "this-run", "lease": 600}
+    with pytest.raises(AssertionError, match="no longer holds the rollout lock"):
+        drain.drain(module)
+    assert len(Router.workers) == 2 and not os.path.exists(module.params["state_file"])
+    module.params["fence"] = None
+    run(drain.drain, module)
+    module.params["fence"] = {"path": lock, "run_id": "this-run", "lease": 600}
+    with pytest.raises(AssertionError, match="no longer holds the rollout lock"):
+        drain.restore(module)
+    assert Router.workers == {} and drain.readiness(url) == 503

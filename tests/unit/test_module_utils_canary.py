@@ -35,8 +35,17 @@ def healthy(**override) -> dict:
     return samples
 
 
-def judge(samples: dict, repetition: float | None = 0.1, **thresholds) -> dict:
-    return canary.verdict(samples, "gpu-1", STABLE, {**THRESHOLDS, **thresholds}, repetition)
+VARIED = "the quick brown fox jumps over the lazy dog while a cat sleeps on the warm mat by the door"
+LOOPING = "the the the the the the the the the the the the the the the the the the the the"
+
+
+def answers(*texts, status: int = 200) -> list[dict]:
+    return [{"status": status, "content": text} for text in texts]
+
+
+def judge(samples: dict, given: list | None = None, failed: tuple = (), **thresholds) -> dict:
+    given = answers(VARIED, VARIED) if given is None else given
+    return canary.verdict(samples, "gpu-1", STABLE, {**THRESHOLDS, **thresholds}, given, failed)
 
 
 def test_a_canary_like_the_others_passes():
@@ -46,39 +55,45 @@ def test_a_canary_like_the_others_passes():
 
 
 @pytest.mark.parametrize(
-    ("override", "repetition", "reason"),
+    ("override", "given", "reason"),
     [
-        ({"success": {"gpu-1": 0.95}}, 0.1, "success ratio 0.9500 < 0.99"),
-        ({"ttft_p99": {"gpu-1": 1.9}}, 0.1, "time to first token p99 1.900 s is 9.50x the hosts not yet changed"),
-        ({"itl_p99": {"gpu-1": 0.2}}, 0.1, "inter-token latency p99 0.200 s is 10.00x"),
-        ({"transfer_failures": {"gpu-1": 2.0}}, 0.1, "2 PD bootstrap or KV transfer failure(s)"),
-        ({"defaults_in_effect": {"gpu-1": 0.0}}, 0.1, "does not run with the managed sampling defaults"),
-        ({"scraped": {"gpu-1": 0.0}}, 0.1, "Prometheus does not scrape every service of the canary"),
-        ({}, 0.8, "answers to the fixed prompts repeat themselves (0.80 > 0.5)"),
+        ({"success": {"gpu-1": 0.95}}, None, "success ratio 0.9500 < 0.99"),
+        ({"ttft_p99": {"gpu-1": 1.9}}, None, "time to first token p99 1.900 s is 9.50x the hosts not yet changed"),
+        ({"itl_p99": {"gpu-1": 0.2}}, None, "inter-token latency p99 0.200 s is 10.00x"),
+        ({"transfer_failures": {"gpu-1": 2.0}}, None, "2 PD bootstrap or KV transfer failure(s)"),
+        ({"defaults_in_effect": {"gpu-1": 0.0}}, None, "does not run with the managed sampling defaults"),
+        ({"scraped": {"gpu-1": 0.0}}, None, "Prometheus does not scrape every service of the canary"),
+        ({}, answers(VARIED, LOOPING), "answers to the fixed prompts repeat themselves (0.94 > 0.5)"),
     ],
 )
-def test_each_check_fails_its_round_by_name(override, repetition, reason):
-    result = judge(healthy(**override), repetition)
+def test_each_check_fails_its_round_by_name(override, given, reason):
+    result = judge(healthy(**override), given)
     assert not result["ok"] and any(reason in failure for failure in result["failures"]), result["failures"]
 
 
 @pytest.mark.parametrize(
-    ("override", "repetition", "reason"),
+    ("override", "given", "failed", "reason"),
     [
-        ({"requests": None, "success": None}, 0.1, "no data: the canary's router answered no request"),
-        ({"requests": {"gpu-1": 0.0}}, 0.1, "no data: the canary's router answered no request"),
-        ({"ttft_p99": None}, 0.1, "no data: time to first token p99 of the canary"),
-        ({"itl_p99": None}, 0.1, "no data: inter-token latency p99 of the canary"),
-        ({"defaults_in_effect": None}, 0.1, "no data: whether the managed defaults are in effect"),
-        ({"scraped": None}, 0.1, "Prometheus does not scrape every service"),
-        ({}, None, "no data: the fixed prompts got no answer"),
+        ({"requests": None, "success": None}, None, (), "no data: the canary's router answered no request"),
+        ({"requests": {"gpu-1": 0.0}}, None, (), "no data: the canary's router answered no request"),
+        ({"ttft_p99": None}, None, (), "no data: time to first token p99 of the canary"),
+        ({"itl_p99": None}, None, (), "no data: inter-token latency p99 of the canary"),
+        ({"defaults_in_effect": None}, None, (), "no data: whether the managed defaults are in effect"),
+        ({"scraped": None}, None, (), "Prometheus does not scrape every service"),
+        ({}, [], (), "no data: the fixed prompts got no answer"),
+        ({}, answers(VARIED, status=503), (), "no data: the fixed prompt 1 got no answer (status 503)"),
+        ({}, answers(VARIED, ""), (), "the answer to fixed prompt 2 has 0 word(s), fewer than the 12"),
+        ({}, answers(None), (), "the answer to fixed prompt 1 has 0 word(s)"),
+        ({}, answers("Paris."), (), "the answer to fixed prompt 1 has 1 word(s)"),
+        ({}, None, ("transfer_failures",), "no data: the transfer_failures query failed"),
+        ({}, None, ("scraped", "requests"), "no data: the requests query failed"),
     ],
 )
-def test_no_data_is_a_failure_never_a_pass(override, repetition, reason):
+def test_no_data_is_a_failure_never_a_pass(override, given, failed, reason):
     samples = healthy()
     for check, values in override.items():
         samples[check] = {} if values is None else {**samples[check], **values}
-    result = judge(samples, repetition)
+    result = judge(samples, given, failed)
     assert not result["ok"] and any(reason in failure for failure in result["failures"]), result["failures"]
 
 
@@ -125,6 +140,16 @@ def test_an_answer_becomes_host_values_and_nan_is_no_data():
     }
     assert canary.by_host(answer) == {"gpu-1": 0.5}
     assert canary.by_host({}) == {}
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "Inf"])
+def test_nan_and_infinities_are_no_data_so_a_baseline_never_disables_a_check(value):
+    answer = {"data": {"result": [{"metric": {"host": h}, "value": [1, value]} for h in STABLE]}}
+    assert canary.by_host(answer) == {}
+    samples = healthy()
+    samples["ttft_p99"] = {"gpu-1": 9.0, **canary.by_host(answer)}
+    result = judge(samples)
+    assert "no data: time to first token p99 of the hosts not yet changed" in result["failures"]
 
 
 @pytest.mark.parametrize(

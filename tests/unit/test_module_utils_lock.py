@@ -104,3 +104,28 @@ def test_a_lock_in_a_folder_others_can_write_is_refused(tmp_path):
     os.chmod(shared, 0o1777)  # noqa: S103 - the world-writable folder under test
     taken, holder, why = lock.acquire(str(shared / "lock"), "run-a", "alice@ctl", 600)
     assert not taken and holder is None and "is not a folder only root can write" in why
+
+
+def _break_expired(path: str, run_id: str, start, results) -> None:
+    start.wait()
+    results.put((run_id, lock.acquire(path, run_id, f"{run_id}@ctl", 600, "true")[0]))
+
+
+def test_two_runs_breaking_the_same_expired_lock_at_once_exactly_one_wins(path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for _attempt in range(5):
+        lock.acquire(path, "run-dead", "carol@ctl", -1)
+        assert lock.inspect(path)["expired"]
+        start, results = context.Event(), context.Queue()
+        breakers = [context.Process(target=_break_expired, args=(path, f"run-{i}", start, results)) for i in range(4)]
+        for process in breakers:
+            process.start()
+        start.set()
+        for process in breakers:
+            process.join(30)
+        won = sorted(run_id for run_id, taken in (results.get(timeout=5) for _ in breakers) if taken)
+        assert len(won) == 1, won
+        assert lock.inspect(path)["run_id"] == won[0]
+        assert lock.release(path, won[0])

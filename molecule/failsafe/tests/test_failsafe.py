@@ -196,3 +196,65 @@ def test_check_diff_shows_what_changes_but_never_an_env_file_or_a_key(host, at_i
     assert "changes /etc/sglang-dsv4/prefill.env" in flat(out) and '"temperature": 0.7' in text(out)
     assert "hf-token-never-shown-0123" not in text(out) and "rotated-key-never-shown-0123" not in text(out)
     assert host_state(host)["files"] == before["files"]
+
+
+ASK_WORKERS = (
+    "import sys, urllib.request, urllib.error\n"
+    "request = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
+    "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
+    "except urllib.error.HTTPError as error:\n    print(error.code)\n"
+)
+
+
+def control_plane_answers(host, key: str) -> int:
+    """The status the router's control plane (GET /workers) gives this key, asked on the host."""
+    return int(host.check_output(f"python3 -c {shlex.quote(ASK_WORKERS)} {ROUTER}/workers {shlex.quote(key)}"))
+
+
+def leaked(host, *secrets: str) -> list[str]:
+    """Which of these keys the host's whole journal holds."""
+    return [s for s in secrets if host.run(f"journalctl --no-pager -o cat | grep -cF {shlex.quote(s)}").rc == 0]
+
+
+def test_an_admin_key_rotation_drains_with_the_running_key_and_restarts_only_the_router(host, at_inventory):
+    """The drain asks the running router with the key it runs with (its credential, read on the host); the new key
+    takes over at the router's restart; prefill and decode keep running; no key reaches the journal or the output."""
+    old, client = lab_secret("sglang_services_admin_key"), lab_secret("sglang_services_api_key")
+    new = "rotated-admin-key-0123456789abcdefghijkl"
+    before = host_state(host)
+    assert control_plane_answers(host, old) == 200
+    out = run({"sglang_services_admin_key": new}, "-vvv")
+    assert out.returncode == 0, text(out)[-3000:]
+    after = host_state(host)
+    assert runs_from_disk(after) == []
+    assert after["units"]["router"]["pid"] != before["units"]["router"]["pid"]
+    assert all(after["units"][u]["pid"] == before["units"][u]["pid"] for u in ("prefill", "decode"))
+    assert control_plane_answers(host, new) == 200 and control_plane_answers(host, old) == 401
+    assert not host.file("/run/sglang-dsv4/drain.json").exists
+    assert leaked(host, new, old, client) == []
+    # Ansible's own output at -vvv: the new key was given on its command line (-e), never printed back.
+    assert text(out).count(new) == 0 and old not in text(out) and client not in text(out)
+
+
+def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_inventory):
+    """A host with no units before the run, and a verification that cannot hold: the rollback removes the new unit
+    files and stops what they had started, so no process, unit or link is left, and the next run deploys."""
+    host.run_test(
+        "systemctl disable --now sglang-dsv4.target sglang-dsv4-router.service"
+        " && systemctl stop sglang-dsv4-prefill sglang-dsv4-decode"
+        " && rm -rf /etc/systemd/system/sglang-dsv4* && systemctl daemon-reload && rm -rf /run/sglang-dsv4"
+    )
+    assert host.run("pgrep -u sglang").rc == 1
+    out = run({"sglang_verify_api_key": "a-key-nobody-has-000"})
+    assert out.returncode != 0
+    assert f"{HOST} was rolled back to its state before this run" in text(out), text(out)[-3000:]
+    assert "ROLLBACK FAILED" not in text(out)
+    assert host.run("pgrep -u sglang").rc == 1, host.run("ps -u sglang -o pid,args").stdout
+    units = host.run("systemctl list-units --all --no-legend --plain 'sglang-dsv4*'").stdout
+    assert [line for line in units.splitlines() if " active " in f" {line} "] == [], units
+    assert host.run("find /etc/systemd/system -name 'sglang-dsv4*' -o -lname '*sglang-dsv4*'").stdout.strip() == ""
+    assert not host.file("/run/sglang-dsv4/drain.json").exists
+    # The next plain run is the host's first deploy again, and it converges.
+    out = deploy()
+    assert out.returncode == 0, text(out)[-3000:]
+    assert runs_from_disk(host_state(host)) == []

@@ -8,7 +8,8 @@ Each run saves into its own SNAPSHOT_DIR (named after the run), so a rollback on
 snapshot of the run that rolls back, never another run's. Snapshots hold credentials: folders are 0700.
 Files are read without following links or blocking on FIFOs, and put back through a random name created with
 O_EXCL in the same folder, then renamed: root never writes through a link someone planted. After a restore
-every file is compared with the snapshot byte for byte; a difference left makes the restore fail.
+every file is compared with the snapshot byte for byte, and by mode, owner and group; a difference left makes the
+restore fail.
 
 Prints one JSON object: {"restored": [...], "removed": [...]} (restore) or {"saved": [...], "missing": [...]}.
 Run on the host by Ansible's script module; standard library only.
@@ -70,6 +71,11 @@ def _write(path: Path, data: bytes, info: os.stat_result) -> None:
         raise
 
 
+def _same_status(now: os.stat_result, kept: os.stat_result) -> bool:
+    """Mode, owner and group as the snapshot kept them (a chmod or a chown since is undone too)."""
+    return (stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid) == (stat.S_IMODE(kept.st_mode), kept.st_uid, kept.st_gid)
+
+
 def save(snapshot: Path, files: list[str]) -> dict[str, list[str]]:
     staging = snapshot.with_name(snapshot.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
@@ -117,7 +123,7 @@ def restore(snapshot: Path) -> dict[str, list[str]]:
         except SystemExit:
             now = None  # a link or a FIFO planted at the path: replaced by the rename, never written through
         info = kept.stat()
-        if now is not None and now[0] == data and stat.S_IMODE(now[1].st_mode) == stat.S_IMODE(info.st_mode):
+        if now is not None and now[0] == data and _same_status(now[1], info):
             continue
         current.parent.mkdir(parents=True, exist_ok=True)
         _write(current, data, info)
@@ -126,11 +132,12 @@ def restore(snapshot: Path) -> dict[str, list[str]]:
         if os.path.lexists(name):
             Path(name).unlink()
             removed.append(name)
-    differ = [
-        n
-        for n in manifest["saved"]
-        if (_read(Path(n)) or (b"",))[0] != (snapshot / "files" / Path(n).relative_to("/")).read_bytes()
-    ]
+    differ = []
+    for n in manifest["saved"]:
+        kept = snapshot / "files" / Path(n).relative_to("/")
+        now = _read(Path(n))
+        if now is None or now[0] != kept.read_bytes() or not _same_status(now[1], kept.stat()):
+            differ.append(n)
     differ += [n for n in manifest["missing"] if os.path.lexists(n)]
     if differ:
         raise SystemExit(

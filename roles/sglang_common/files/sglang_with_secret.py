@@ -1,4 +1,5 @@
-"""Start a Python program with its keys read from systemd credentials, not from the command line.
+"""Start a Python program with its keys read from systemd credentials, not from the command line, and kept out of
+what it logs.
 
     sglang_with_secret.py -m MODULE [ARGS...]     (as `python -m MODULE ARGS...`)
     sglang_with_secret.py SCRIPT.py [ARGS...]     (as `python SCRIPT.py ARGS...`)
@@ -8,39 +9,104 @@ for the admin key of /workers, /flush_cache, ...), where every local user could 
 /proc/PID/cmdline. This launcher, run by the unit, reads each credential that exists in
 `$CREDENTIALS_DIRECTORY` (LoadCredential=, root-only files on disk) and appends its flag to the program's own
 sys.argv before running it in this process: the program sees the flags, /proc/PID/cmdline does not.
-Standard library only.
+
+SGLang 0.5.23 logs every resolved server argument at each start (`server_args={...}` at INFO, in
+srt/entrypoints/engine.py, before any worker process is spawned), the client key among them (`api_key`,
+`admin_api_key`), and the journal keeps what a service logs for the `adm` and `systemd-journal` groups and for
+log shippers. Before the program runs, this launcher installs a log-record factory in the process that masks
+every credential's value, and any value in a key's shape (`'api_key': '...'`), in every record's message, whatever
+handler SGLang configures later. Standard library only.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import runpy
 import sys
 from pathlib import Path
 
 # Credential name -> the flag it becomes.
 CREDENTIAL_FLAGS = (("api-key", "--api-key"), ("admin-key", "--control-plane-api-keys"))
+MASK = "<redacted>"
+# A value shorter than this is no key of this collection (the roles refuse keys under 16 characters).
+MIN_SECRET = 8
+# A key's field in a logged dict or dataclass, whatever its value: 'api_key': '...', admin_api_key='...'.
+KEY_FIELD = re.compile(r"""(?P<head>['"]?\b(?:admin_)?api_keys?['"]?\s*[:=]\s*)(?P<value>'[^']*'|"[^"]*")""")
 
 
-def secret_args() -> list[str]:
+def credentials() -> dict[str, str]:
     directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory or not Path(directory).is_dir():
+        return {}
+    return {path.name: path.read_text().strip() for path in sorted(Path(directory).iterdir()) if path.is_file()}
+
+
+def secret_args(found: dict[str, str]) -> list[str]:
     args: list[str] = []
     for name, flag in CREDENTIAL_FLAGS:
-        if directory and Path(directory, name).is_file():
-            args += [flag, Path(directory, name).read_text().strip()]
+        if name in found:
+            args += [flag, found[name]]
     return args
 
 
+def secret_values(found: dict[str, str]) -> list[str]:
+    """Every key a credential holds: its text, each string of a JSON object (the servers' --config file), and the
+    key of an id:name:role:key entry; longest first, so that no part of a longer key is left showing."""
+    values: set[str] = set()
+    for name, text in found.items():
+        if name.startswith("tls-"):
+            continue
+        candidates = [text]
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            candidates += [v for v in parsed.values() if isinstance(v, str)]
+        candidates += [c.split(":", 3)[3] for c in list(candidates) if c.count(":") >= 3]
+        values.update(c for c in candidates if len(c) >= MIN_SECRET)
+    return sorted(values, key=len, reverse=True)
+
+
+def mask(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return KEY_FIELD.sub(lambda m: m.group("head") + repr(MASK), text)
+
+
+def install_redaction(secrets: list[str]) -> None:
+    """Every log record created in this process from now on carries its message with the keys masked."""
+    make = logging.getLogRecordFactory()
+
+    def redacted(*args, **kwargs) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return record
+        masked = mask(message, secrets)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return record
+
+    logging.setLogRecordFactory(redacted)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) >= 2 and argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:], *secret_args()]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    elif argv:
-        sys.argv = [argv[0], *argv[1:], *secret_args()]
-        runpy.run_path(argv[0], run_name="__main__")
-    else:
+    if not argv or (argv[0] == "-m" and len(argv) < 2):
         print(__doc__, file=sys.stderr)
         return 2
+    found = credentials()
+    install_redaction(secret_values(found))
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:], *secret_args(found)]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = [argv[0], *argv[1:], *secret_args(found)]
+        runpy.run_path(argv[0], run_name="__main__")
     return 0
 
 

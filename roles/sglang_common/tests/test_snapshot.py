@@ -70,3 +70,13 @@ def test_save_refuses_a_link_or_a_fifo(files, tmp_path):
     os.mkfifo(config)
     with pytest.raises(SystemExit, match="not a regular file"):
         snapshot.save(snap, [str(config)])
+
+
+def test_a_chown_since_the_snapshot_is_undone(files):
+    config, _absent, snap = files
+    os.chown(config, 0, 0)
+    snapshot.save(snap, [str(config)])
+    os.chown(config, 65534, 65534)  # the bytes and the mode unchanged: only the owner and group differ
+    assert snapshot.restore(snap) == {"restored": [str(config)], "removed": []}
+    assert (config.stat().st_uid, config.stat().st_gid) == (0, 0)
+    assert snapshot.restore(snap) == {"restored": [], "removed": []}
