@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import keyed_digest
 
 
 def _proof(plan: dict[str, Any]) -> str:
@@ -71,18 +72,25 @@ def sglang_pending(files: list[dict[str, Any]], changes: list[str] | None) -> li
     return [f for f in files if f["path"] in changes]
 
 
-def sglang_file_digests(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sglang_file_digests(files: list[dict[str, Any]], key: str = "") -> list[dict[str, Any]]:
     """The desired files as the host read compares them: path, mode, role and digest; the content only where a
-    --diff may show it (never a secret, never an env file, which may hold tokens)."""
+    --diff may show it (never a secret, never an env file, which may hold tokens). A key file's digest is an HMAC
+    under `key` (module_utils/sglang_files.keyed_digest), which the host read takes as a no_log argument."""
     out = []
     for item in files:
         content = item.get("content")
+        if content is None:
+            digest = None
+        elif item.get("secret") and key:
+            digest = keyed_digest(content.encode(), key)
+        else:
+            digest = hashlib.sha256(content.encode()).hexdigest()
         out.append(
             {
                 "path": item["path"],
                 "mode": item.get("mode"),
                 "role": item.get("role"),
-                "sha256": hashlib.sha256(content.encode()).hexdigest() if content is not None else None,
+                "sha256": digest,
                 "content": None if item.get("secret") or item.get("private") else content,
             }
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import hmac
 import json
 import os
 import stat
@@ -111,6 +112,15 @@ def read_status(status_dir: str, name: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) else None
+
+
+KEYED = "hmac-sha256:"
+
+
+def keyed_digest(data: bytes, key: str) -> str:
+    """A key file's digest as the controller sends it: an HMAC under a key of the run's own, never a plain sha256
+    that would let anyone who reads the module's arguments test guesses of the key offline."""
+    return KEYED + hmac.new(key.encode(), data, hashlib.sha256).hexdigest()
 
 
 def file_digest(path: str, follow: bool = True) -> str | None:

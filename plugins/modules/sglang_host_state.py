@@ -17,10 +17,15 @@ description:
 options:
   files:
     description: Managed files, each C(path), C(sha256) (null when the file must not exist), C(mode), C(role)
-      (the role that writes it), and optionally C(content) for a diff (never for secrets or env files).
+      (the role that writes it), and optionally C(content) for a diff (never for secrets or env files). A key
+      file's C(sha256) is C(hmac-sha256:HEX), an HMAC under O(digest_key).
     type: list
     elements: dict
     required: true
+  digest_key:
+    description: The run's own key of the key files' HMAC digests (never logged).
+    type: str
+    default: ""
   generation_config:
     description: C(path) of generation_config.json and the managed C(sampling) values.
     type: dict
@@ -151,8 +156,10 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
+    KEYED,
     UnsafeFileError,
     file_digest,
+    keyed_digest,
     load,
     read_regular,
 )
@@ -226,6 +233,10 @@ def file_changes(module: AnsibleModule, files: list[dict], diffs: list[dict]) ->
         path, want = item["path"], item.get("sha256")
         # A link or a FIFO at a managed path is never followed: it differs from the desired file and is replaced.
         have = file_digest(path, follow=False)
+        if want is not None and want.startswith(KEYED) and have is not None:
+            # A key file, compared by its HMAC; where it matches, its inputs' digest is the file's own.
+            raw = read_regular(path)
+            want = have if raw is not None and keyed_digest(raw, module.params["digest_key"]) == want else want
         desired[path] = want
         mode_differs = bool(
             want is not None
@@ -475,6 +486,7 @@ def main() -> None:
             "checks": {"type": "dict", "default": {}},
             "report_changes": {"type": "bool", "default": False},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "digest_key": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )

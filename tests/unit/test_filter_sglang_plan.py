@@ -68,3 +68,16 @@ def test_the_table_says_which_release_each_group_moves_from_and_to():
     assert "runtime servers: release none running -> s2 (sglang 0.5.23), to build" in lines
     # A group that keeps running its release gets no line.
     assert "-> s1" not in lines
+
+
+def test_a_key_files_digest_is_keyed_so_the_arguments_are_no_oracle_for_the_key():
+    """A plain sha256 of a key, printed with the host read's arguments at -vvv, lets anyone test guesses offline;
+    the HMAC under the run's own key (a no_log argument) does not, and the host compares it all the same."""
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import KEYED, keyed_digest
+
+    files = [{"path": "/etc/cred", "content": "weak-key-0000000", "mode": "0600", "secret": True, "role": "services"}]
+    out = f.sglang_file_digests(files, "run-key-1")
+    assert out[0]["sha256"].startswith(KEYED)
+    assert hashlib.sha256(b"weak-key-0000000").hexdigest() not in out[0]["sha256"]
+    assert out[0]["sha256"] == keyed_digest(b"weak-key-0000000", "run-key-1")
+    assert f.sglang_file_digests(files, "run-key-2")[0]["sha256"] != out[0]["sha256"]

@@ -70,3 +70,21 @@ def test_releases_found_counts_finished_releases_once_across_the_folders_of_the_
     assert state.releases_found(desired) == 2
     assert state.releases_found([]) == 0
     assert state.releases_found([{"path": str(tmp_path / "absent/r1")}]) == 0
+
+
+def test_a_key_file_is_compared_by_its_hmac_and_its_inputs_digest_stays_the_files_own(tmp_path):
+    import hashlib
+
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import keyed_digest
+
+    key_file = tmp_path / "router-admin"
+    key_file.write_text("dsv4-admin:operators:admin:the-running-key-0123")
+    module = Module()
+    module.params = {"digest_key": "run-key"}
+    module._diff = False
+    same = {"path": str(key_file), "sha256": keyed_digest(key_file.read_bytes(), "run-key"), "mode": None}
+    changes, desired = state.file_changes(module, [same], [])
+    assert changes == [] and desired[str(key_file)] == hashlib.sha256(key_file.read_bytes()).hexdigest()
+    rotated = {**same, "sha256": keyed_digest(b"dsv4-admin:operators:admin:a-new-key-000000", "run-key")}
+    changes, desired = state.file_changes(module, [rotated], [])
+    assert changes == [str(key_file)] and desired[str(key_file)] == rotated["sha256"]
