@@ -173,6 +173,8 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
                 "argv": [str(arg) for arg in argv],
                 "environment": {key: str(value) for key, value in sorted(environment.items())},
                 "credentials": credentials,
+                # LoadCredential= entries: systemd expands %-specifiers in the path, so a % in it is doubled.
+                "load_credentials": [f"{cred}:{path.replace('%', '%%')}" for cred, path in credentials.items()],
                 "inputs": inputs,
                 "gpu_ids": list(svc.get("gpu_ids", [])),
                 "numa_node": svc.get("numa_node"),

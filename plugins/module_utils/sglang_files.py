@@ -123,13 +123,24 @@ def keyed_digest(data: bytes, key: str) -> str:
     return KEYED + hmac.new(key.encode(), data, hashlib.sha256).hexdigest()
 
 
-def file_digest(path: str, follow: bool = True) -> str | None:
+# The most a digest reads: far above any file a service starts from (DeepSeek's tokenizer.json is a few MB), and a
+# bound on a file that never ends.
+MAX_DIGEST_BYTES = 1 << 30
+
+
+def file_digest(path: str, follow: bool = True, limit: int = MAX_DIGEST_BYTES) -> str | None:
     """sha256 of a regular file's bytes, None when it does not exist. Modification times decide nothing.
 
-    A FIFO, a device or a folder at the path gets a digest of its own kind (never read, so never blocks)."""
+    A FIFO, a device or a folder at the path gets a digest of its own kind (never read, so never blocks); a file
+    longer than `limit` bytes gets one too. A link is followed (a model directory of the Hub's cache is links
+    into its blobs) only to a file its own owner could read as well: root never reads, for anyone who can plant a
+    link, a file that account could not (a link to a 0600 file of root's gets no digest of its content)."""
     digest = hashlib.sha256()
     try:
+        link = os.lstat(path) if follow else None
         handle = _open(path, follow)
+    except FileNotFoundError:
+        return None
     except OSError as error:
         return f"unreadable:{errno.errorcode.get(error.errno, error.errno)}"
     if handle is None:
@@ -138,8 +149,21 @@ def file_digest(path: str, follow: bool = True) -> str | None:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
             return f"not-a-file:{stat.filemode(info.st_mode)}"
+        if link is not None and stat.S_ISLNK(link.st_mode) and not _readable_by(info, link.st_uid):
+            return f"unreadable:link-to-a-file-its-owner-cannot-read:{stat.filemode(info.st_mode)}"
+        read = 0
         for block in iter(lambda: os.read(handle, 1 << 20), b""):
+            read += len(block)
+            if read > limit:
+                return f"too-large:over-{limit}-bytes"
             digest.update(block)
     finally:
         os.close(handle)
     return digest.hexdigest()
+
+
+def _readable_by(info: os.stat_result, uid: int) -> bool:
+    """Whether the account `uid` may read a file of this status by its mode (owner or every account)."""
+    if uid == 0 or info.st_mode & stat.S_IROTH:
+        return True
+    return info.st_uid == uid and bool(info.st_mode & stat.S_IRUSR)

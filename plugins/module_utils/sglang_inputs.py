@@ -128,10 +128,15 @@ def environment_errors(name: str, environment: Any) -> list[str]:
             errors.append(f"{name}.{key}={value!r} must be a string or a number")
             continue
         # systemd.exec reads env files line by line: a trailing backslash joins the next line (here another
-        # variable) into this value, surrounding whitespace is stripped, and a leading quote starts a quoted value.
+        # variable) into this value, an inner one escapes the next character and is dropped ("a\\b" becomes "ab"),
+        # surrounding whitespace is stripped, a byte order mark is dropped, and a leading quote starts a quoted value.
         text = str(value)
         if text.endswith("\\"):
             errors.append(f"{name}.{key}={text!r} ends with a backslash, which systemd joins with the next line")
+        elif "\\" in text:
+            errors.append(f"{name}.{key}={text!r} holds a backslash, which systemd takes as an escape and drops")
+        elif "\ufeff" in text:
+            errors.append(f"{name}.{key}={text!r} holds a byte order mark (U+FEFF), which systemd drops")
         elif text != text.strip():
             errors.append(f"{name}.{key}={text!r} starts or ends with whitespace, which systemd strips")
         elif text[:1] in ("'", '"'):

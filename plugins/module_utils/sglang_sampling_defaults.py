@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from typing import Any
 
@@ -22,6 +23,8 @@ except ImportError:  # on a host, installed beside it (the helper set, roles/sgl
 # The keys SGLang reads from generation_config.json (ModelConfig.get_default_sampling_params),
 # plus do_sample, which transformers and other readers of the file use to tell sampling from greedy.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+# SGLang 0.5.23 (srt/sampling/sampling_params.py, _SAMPLING_EPS): a temperature in [0, 1e-6) is greedy decoding.
+GREEDY_BELOW = 1e-6
 
 
 def _kind(value: Any) -> str:
@@ -52,13 +55,16 @@ def validate(sampling: dict[str, Any], allow_greedy: bool = False) -> list[str]:
         check, wanted = rules[key]
         if not is_number(value):
             errors.append(f"{key}={value!r} must be a number ({wanted}), not {_kind(value)}")
+        elif not math.isfinite(value):
+            # JSON has no Infinity or NaN: Python would write them as bare words other readers refuse.
+            errors.append(f"{key}={value!r} must be a finite number ({wanted})")
         elif not check(value):
             errors.append(f"{key}={value!r} must be {wanted}")
     temperature = sampling.get("temperature")
-    if is_number(temperature) and temperature == 0 and not allow_greedy:
+    if is_number(temperature) and 0 <= temperature < GREEDY_BELOW and not allow_greedy:
         errors.append(
-            "temperature=0 means greedy decoding, which makes DeepSeek-V4-Flash repeat itself; "
-            "allow it explicitly if that is really wanted"
+            f"temperature={temperature!r} means greedy decoding (SGLang samples greedily below {GREEDY_BELOW}), which"
+            " makes DeepSeek-V4-Flash repeat itself; allow it explicitly if that is really wanted"
         )
     return errors
 

@@ -9,10 +9,11 @@ short_description: Build a runtime release of SGLang (or its router) from a hash
 version_added: 0.5.0
 description:
   - C(state=present) builds RELEASES_DIR/ID as its own virtual environment with
-    C(pip install --require-hashes) from the lock, from an index or a wheelhouse, then checks that exactly the
-    pinned distributions are installed, that the named modules import, makes it read-only to every account
-    but root and writes its manifest last. A finished release is never touched again; an unfinished one (no
-    manifest) is removed and built again. A release changed by hand after its build fails here, named.
+    C(pip install --require-hashes --only-binary :all:) from the lock (wheels only), from an index or a
+    wheelhouse, then checks that exactly the pinned distributions are installed, that the named modules import,
+    makes it read-only to every account but root and writes its manifest last. A finished release is never
+    touched again; an unfinished one (no manifest) is removed and built again. A release changed by hand after
+    its build fails here, named.
   - C(state=pruned) removes the oldest finished releases beyond O(keep), never one listed in O(protect).
   - The releases folder must be root's, not writable by others and not a link.
 options:
@@ -164,9 +165,11 @@ def build(module: AnsibleModule) -> None:
     source = ["--no-index", "--find-links", p["wheelhouse"]] if p["wheelhouse"] else []
     source += ["--index-url", p["index_url"]] if p["index_url"] and not p["wheelhouse"] else []
     deps = ["--no-deps"] if p["no_deps"] else []
+    # Wheels only: a source distribution would run its setup code as root and fetch its build dependencies
+    # without a hash; a lock that names one fails here, naming the package, before anything that runs is touched.
     run(
         module,
-        [*pip, "install", "--require-hashes", *deps, *source, "-r", os.path.join(path, LOCK)],
+        [*pip, "install", "--require-hashes", "--only-binary", ":all:", *deps, *source, "-r", os.path.join(path, LOCK)],
         deadline,
         "pip install",
         path,

@@ -220,3 +220,13 @@ def test_systemd_quoting_round_trips(argv):
     line = f.sglang_systemd_argv(argv)
     unescaped = line.replace("%%", "%").replace("$$", "$")
     assert shlex.split(unescaped) == argv
+
+
+def test_a_percent_in_a_credential_path_reaches_load_credential_doubled():
+    """systemd expands %-specifiers in LoadCredential='s path: /etc/tls/100%h.pem would become the home folder's."""
+    tls = {"cert": "/etc/tls/100%h.pem", "key": "/etc/tls/key%n.pem"}
+    router = next(s for s in f.sglang_unit_specs(TOPOLOGY, {**SETTINGS, "router_tls": tls}) if s["group"] == "router")
+    assert "tls-cert:/etc/tls/100%%h.pem" in router["load_credentials"]
+    assert "tls-key:/etc/tls/key%%n.pem" in router["load_credentials"]
+    # The start record names the file itself.
+    assert "/etc/tls/100%h.pem" in router["inputs"]

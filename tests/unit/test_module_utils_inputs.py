@@ -76,7 +76,18 @@ def test_a_flag_and_its_value_in_one_item_is_refused():
 
 @pytest.mark.parametrize(
     "value, fault",
-    [("C:\\", "ends with a backslash"), (" x", "whitespace"), ("x ", "whitespace"), ('"x', "quote"), ("'x", "quote")],
+    [
+        ("C:\\", "ends with a backslash"),
+        # Measured with systemd 252: A=x\\y in an EnvironmentFile reaches the process as x\y.
+        ("x\\y", "holds a backslash"),
+        ("C:\\temp\\x", "holds a backslash"),
+        ("\ufeffvalue", "byte order mark"),
+        ("val\ufeffue", "byte order mark"),
+        (" x", "whitespace"),
+        ("x ", "whitespace"),
+        ('"x', "quote"),
+        ("'x", "quote"),
+    ],
 )
 def test_env_values_that_systemd_would_read_otherwise_are_refused(value, fault):
     errors = rules.input_errors({"sglang_services_environment": {"A": value}})
@@ -84,4 +95,4 @@ def test_env_values_that_systemd_would_read_otherwise_are_refused(value, fault):
 
 
 def test_ordinary_env_values_pass():
-    assert rules.input_errors({"sglang_services_environment": {"A": "a b", "B": 3, "C": "x\\y"}}) == []
+    assert rules.input_errors({"sglang_services_environment": {"A": "a b", "B": 3, "C": "x/y=z"}}) == []

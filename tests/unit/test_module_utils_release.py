@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_release as rel
@@ -172,3 +173,45 @@ def test_the_plan_refuses_a_build_without_room(tmp_path):
     wanted = [{"group": "servers", "id": "x", "path": str(tmp_path / "r/x"), "pins": {}, "size_mb": 1 << 40}]
     _read, errors = state.read_releases(wanted, {}, {})
     assert any("(sglang_runtime_release_size_mb)" in e and "MB free" in e for e in errors), errors
+
+
+def test_a_release_is_built_from_wheels_only_never_a_source_distribution(tmp_path):
+    """A source distribution runs its setup code as root and fetches its build dependencies without a hash: pip is
+    told to take wheels alone, with every hash, whatever the index or wheelhouse offers."""
+    from ansible_collections.dsv4.sglang.plugins.modules import sglang_release as module_code
+
+    calls = []
+
+    class StopError(Exception):
+        pass
+
+    class Module:
+        check_mode = False
+        params: ClassVar[dict] = {
+            "releases_dir": str(tmp_path / "releases"),
+            "id": "abc123",
+            "group": "root",
+            "lock": "six==1.16.0 --hash=sha256:" + "0" * 64 + "\n",
+            "pins": {"six": "1.16.0"},
+            "python": "/usr/bin/python3",
+            "no_deps": True,
+            "index_url": None,
+            "wheelhouse": str(tmp_path / "wheels"),
+            "timeout": 60,
+            "modules": [],
+        }
+
+        def run_command(self, argv):
+            calls.append(argv)
+            if "install" in argv:
+                raise StopError
+            os.makedirs(os.path.join(tmp_path, "releases", "abc123"), exist_ok=True)
+            return 0, "", ""
+
+        def fail_json(self, msg, **kwargs):
+            raise AssertionError(msg)
+
+    with pytest.raises(StopError):
+        module_code.build(Module())
+    install = calls[-1]
+    assert install[install.index("--only-binary") + 1] == ":all:" and "--require-hashes" in install

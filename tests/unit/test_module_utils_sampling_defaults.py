@@ -52,6 +52,11 @@ def test_greedy_sets_do_sample_false():
         ({"min_p": 1.5}, "min_p=1.5 must be in [0, 1]"),
         ({"repetition_penalty": 0}, "repetition_penalty=0 must be above 0"),
         ({"temperature": 0}, "temperature=0 means greedy decoding"),
+        ({"temperature": 1e-300}, "temperature=1e-300 means greedy decoding"),
+        ({"temperature": 9.99e-07}, "temperature=9.99e-07 means greedy decoding"),
+        ({"repetition_penalty": float("inf")}, "repetition_penalty=inf must be a finite number"),
+        ({"top_p": float("nan")}, "top_p=nan must be a finite number"),
+        ({"min_p": float("-inf")}, "min_p=-inf must be a finite number"),
         ({"typical_p": 0.9}, "typical_p is not a sampling default SGLang reads"),
     ],
 )
@@ -63,6 +68,8 @@ def test_validate_names_key_and_value(sampling, needle):
 def test_validate_accepts_the_project_defaults_and_allowed_greedy():
     assert sd.validate(PROJECT) == []
     assert sd.validate({"temperature": 0}, allow_greedy=True) == []
+    # The smallest temperature SGLang samples with (srt/sampling/sampling_params.py, _SAMPLING_EPS).
+    assert sd.validate({"temperature": 1e-6}) == []
 
 
 def test_heal_restores_drifted_file_and_keeps_owner_and_mode(tmp_path):
