@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -19,6 +20,13 @@ import pytest
 from labtools import ROOT, deploy, host_state, inventory, recap, runs_from_disk, text
 
 LOCK = "/run/sglang-dsv4-deploy"
+# The workers a drain took out of the router, until they are back (the host is out of rotation while it exists).
+DRAIN = "/run/sglang-dsv4/drain.json"
+# The drain, and the task right after it (a kill there leaves the host drained, nothing restarted).
+DRAIN_TASK = "Take the host out of rotation and let the servers finish their requests"
+AFTER_DRAIN = (
+    "Stop here when the servers could not finish their requests in time (sglang_services_drain_on_timeout=stop)"
+)
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 GENCONFIG = f"{MODEL}/generation_config.json"
 LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
@@ -129,3 +137,19 @@ def deploy_argv() -> list[str]:
 
 def fault_env(fault: str) -> dict:
     return {**os.environ, "ANSIBLE_NOCOLOR": "1", **FAULTS, "DSV4_LAB_FAULT": fault}
+
+
+def in_rotation(host, router: str) -> bool:
+    """The router answers /readiness 200 (it has its workers) and no drain is pending on the host."""
+    probe = (
+        "import sys, urllib.request\n"
+        "try:\n    print(urllib.request.urlopen(sys.argv[1] + '/readiness', timeout=5).status)\n"
+        "except Exception:\n    print(0)\n"
+    )
+    status = host.check_output(f"python3 -c {shlex.quote(probe)} {router}")
+    return status.strip() == "200" and not host.file(DRAIN).exists
+
+
+def guard_said(host) -> str:
+    """What the host's guard said last (its transient service's journal)."""
+    return host.run("journalctl -u sglang-dsv4-undrain-guard --no-pager -o cat | tail -n 3").stdout

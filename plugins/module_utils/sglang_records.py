@@ -121,3 +121,18 @@ def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     write_atomic(record_path, json.dumps(entry, indent=2, sort_keys=True) + "\n", mode=0o600)
     return entry
+
+
+def runs_from_disk(record_path: str, invocation: str) -> bool:
+    """Whether the service's current start (its invocation) recorded exactly the inputs on disk now."""
+    try:
+        raw = read_regular(record_path, limit=1 << 20)
+        entry = json.loads(raw) if raw else None
+    except (OSError, ValueError, UnsafeFileError):
+        return False
+    if not isinstance(entry, dict) or not invocation or entry.get("invocation") != invocation:
+        return False
+    inputs = entry.get("inputs")
+    if not isinstance(inputs, dict):
+        return False
+    return entry.get("digest") == inputs_digest({path: input_digest(path) for path in inputs})

@@ -45,6 +45,15 @@ options:
       - The router's systemd unit (C(restored)). When it has no unit file (a rollback of a first deploy removed it),
         there is no router to put back into rotation (the state file is removed and nothing is waited for).
     type: str
+  guard:
+    description:
+      - Arms the host's own guard with the drain (C(state=drained)); a transient systemd timer
+        (module_utils/sglang_rotation.py) that puts the workers back once no live lease of C(lock) holds the host
+        and every one of C(units) (each C(name), C(health_url)) is active, healthy and runs from the files on disk
+        or, with C(drained_serve) (an apply's drain, not a rollback's), from the invocation it was drained with.
+        C(helper) is the helper's path on the host, C(record_dir) where the services' start records are.
+      - Without it, a drain whose run dies leaves the host out of rotation until the next run.
+    type: dict
   fence:
     description:
       - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and renewed in this call, before
@@ -120,12 +129,13 @@ workers:
 import json
 import math
 import os
+import re
 import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http, sglang_lock
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http, sglang_lock, sglang_rotation
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import running_key
 
 # SGLang 0.5.23's load gauges (srt/observability/metrics_collector.py): what a server still has to finish.
 IN_FLIGHT = (
@@ -178,14 +188,30 @@ def in_flight(urls: list[str]) -> tuple[int | None, list[str]]:
     return (None if unreadable else int(total)), unreadable
 
 
-def running_key(path: str) -> str | None:
-    """The admin key the running router started with (its credential, id:name:role:key), or None when it has none
-    (a router that does not run has no credentials folder)."""
-    raw = read_regular(path, limit=4096)
-    if raw is None:
+def guard_settings(module: AnsibleModule, pending: dict | None) -> dict | None:
+    """What the host's guard needs to put the workers back on its own: where to ask, the lock whose lease it waits
+    out, and each service with the invocation it was drained with (a pending drain keeps the ones it saved)."""
+    p = module.params
+    if not p["guard"]:
         return None
-    entry = raw.decode(errors="replace").strip()
-    return entry.split(":", 3)[3] if entry.count(":") >= 3 else entry
+    if pending and pending.get("guard"):
+        return pending["guard"]
+    return {
+        "router_url": p["router_url"],
+        "admin_credential": p["admin_credential"],
+        "lock": p["guard"]["lock"],
+        "record_dir": p["guard"]["record_dir"],
+        "drained_serve": bool(p["guard"].get("drained_serve")),
+        "units": [
+            {
+                "name": unit["name"],
+                # A drained router's /readiness answers 503 until its workers are back: its /health says it runs.
+                "health_url": re.sub(r"/readiness$", "/health", unit["health_url"]),
+                "invocation": sglang_rotation.invocation(f"{unit['name']}.service")[1],
+            }
+            for unit in p["guard"]["units"]
+        ],
+    }
 
 
 def installed(module: AnsibleModule, unit: str) -> bool:
@@ -228,27 +254,16 @@ def wait_for(check, seconds: float) -> bool:
         time.sleep(POLL)
 
 
-def load_state(path: str) -> list[dict] | None:
-    raw = read_regular(path, limit=1 << 20)
-    if raw is None:
-        return None
-    entry = json.loads(raw)
-    return entry.get("workers") if isinstance(entry, dict) else None
-
-
-def save_state(path: str, workers: list[dict]) -> None:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    write_atomic(path, json.dumps({"workers": workers, "at": time.time()}) + "\n", mode=0o600)
-
-
 class Eviction:
     """Keeps a router's worker list empty, level-triggered: the router queues each removal (and each startup
     registration) as a background job, and a removal queued while the router still registers its workers can be
     lost (measured on sglang-router 0.3.1 and 0.3.2 right after a start). Every check removes what is listed
     again; a worker not yet saved is added to the state file first, so that it comes back too."""
 
-    def __init__(self, module: AnsibleModule, router: str, key: str, path: str, saved: list[dict]) -> None:
-        self.module, self.router, self.key, self.path = module, router, key, path
+    def __init__(
+        self, module: AnsibleModule, router: str, key: str, path: str, saved: list[dict], guard: dict | None
+    ) -> None:
+        self.module, self.router, self.key, self.path, self.guard = module, router, key, path, guard
         self.workers = list(saved)
 
     def __call__(self) -> int:
@@ -258,7 +273,7 @@ class Eviction:
         new = [saved_form(w) for w in listed if w.get("url") not in known]
         if new:
             self.workers += new
-            save_state(self.path, self.workers)
+            sglang_rotation.save_state(self.path, self.workers, self.guard)
         for worker in listed:
             status, _unused = call(f"{self.router}/workers/{worker['id']}", method="DELETE", key=self.key)
             if status not in (200, 202, 204, 404):
@@ -270,7 +285,8 @@ def drain(module: AnsibleModule) -> None:
     p = module.params
     started = time.monotonic()
     router = p["router_url"].rstrip("/")
-    saved = load_state(p["state_file"])
+    pending = sglang_rotation.load_state(p["state_file"])
+    saved = pending["workers"] if pending else None
     if saved is None and readiness(router) != 200:
         # Not in rotation now (a first start, a router that does not run): nothing to take out.
         module.exit_json(
@@ -294,10 +310,13 @@ def drain(module: AnsibleModule) -> None:
         )
     fenced(module)
     # A drain left by a rollback's first attempt or a run that died keeps the workers it saved.
+    guard = guard_settings(module, pending)
     if saved is None:
         saved = [saved_form(w) for w in listed or []]
-        save_state(p["state_file"], saved)
-    evict = Eviction(module, router, key or "", p["state_file"], saved)
+        sglang_rotation.save_state(p["state_file"], saved, guard)
+    if p["guard"]:
+        sglang_rotation.arm(p["state_file"], p["guard"]["helper"])
+    evict = Eviction(module, router, key or "", p["state_file"], saved, guard)
     # Out of rotation once no worker is listed and /readiness is anything but 200 (503, or no answer from a router
     # that does not run).
     if not wait_for(lambda: evict() == 0 and readiness(router) != 200, 30):
@@ -334,14 +353,16 @@ def restore(module: AnsibleModule) -> None:
     p = module.params
     started = time.monotonic()
     router = p["router_url"].rstrip("/")
-    workers = load_state(p["state_file"])
-    if workers is None:
+    pending = sglang_rotation.load_state(p["state_file"])
+    if pending is None:
         module.exit_json(changed=False, seconds=0.0, workers=[])
+    workers = pending["workers"]
     if module.check_mode:
         module.exit_json(changed=True, seconds=0.0, workers=workers)
     fenced(module)
     if p["router_unit"] and not installed(module, p["router_unit"]):
         os.unlink(p["state_file"])
+        sglang_rotation.disarm()
         module.exit_json(changed=True, seconds=0.0, workers=[], no_router=True)
     # Level-triggered too: a registration the router queued and lost is sent again, every few seconds.
     resend = {"at": 0.0}
@@ -372,6 +393,7 @@ def restore(module: AnsibleModule) -> None:
     # The balancer sends to the host again after a few good checks.
     time.sleep(p["notice_seconds"])
     os.unlink(p["state_file"])
+    sglang_rotation.disarm()
     module.exit_json(changed=True, seconds=round(time.monotonic() - started, 1), workers=workers)
 
 
@@ -382,6 +404,7 @@ def main() -> None:
             "router_url": {"type": "str", "required": True},
             "admin_credential": {"type": "path", "required": True},
             "router_unit": {"type": "str"},
+            "guard": {"type": "dict"},
             "fence": {"type": "dict"},
             "metrics_urls": {"type": "list", "elements": "str", "default": []},
             "state_file": {"type": "path", "required": True},

@@ -152,7 +152,14 @@ def test_inputs_are_what_each_service_starts_from():
     # The helper set (its command line and the modules it runs) and the health gate.
     programs = [
         f"/usr/local/libexec/sglang-dsv4/{name}.py"
-        for name in ("sglang_helper", "sglang_files", "sglang_sampling_defaults", "sglang_records", "sglang_metrics")
+        for name in (
+            "sglang_helper",
+            "sglang_files",
+            "sglang_sampling_defaults",
+            "sglang_records",
+            "sglang_metrics",
+            "sglang_rotation",
+        )
     ] + ["/usr/local/libexec/sglang-dsv4/sglang_wait_healthy.py"]
     model = "/srv/models/DeepSeek-V4-Flash"
     assert specs["prefill"]["inputs"] == [

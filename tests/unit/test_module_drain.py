@@ -193,6 +193,7 @@ class Module:
             "metrics_urls": [],
             "fence": None,
             "router_unit": None,
+            "guard": None,
             **params,
         }
 

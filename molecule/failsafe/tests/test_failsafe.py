@@ -14,11 +14,30 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import time
 
 import pytest
-from faultcases import GENCONFIG, LAB_ENV, MODEL, RESTART, STEPS, change, converges, pids, run, temperatures
+from faultcases import (
+    DRAIN,
+    DRAIN_TASK,
+    GENCONFIG,
+    LAB_ENV,
+    MODEL,
+    RESTART,
+    STEPS,
+    change,
+    converges,
+    deploy_argv,
+    fault_env,
+    guard_said,
+    in_rotation,
+    pids,
+    run,
+    temperatures,
+)
 
-from conftest import deploy, flat, host_state, lab_secret, runs_from_disk, text
+from conftest import ROOT, deploy, flat, host_state, lab_secret, runs_from_disk, text
 
 HOST = "dsv4-fs-1"
 ROUTER = "http://127.0.0.1:26010"
@@ -258,3 +277,65 @@ def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_invent
     out = deploy()
     assert out.returncode == 0, text(out)[-3000:]
     assert runs_from_disk(host_state(host)) == []
+
+
+LONG_STREAM = (
+    "import json, sys, urllib.request\n"
+    "body = json.dumps({'model': 'deepseek-ai/DeepSeek-V4-Flash', 'max_tokens': 400, 'stream': True,"
+    " 'messages': [{'role': 'user', 'content': 'tell a long story'}]}).encode()\n"
+    "headers = {'Authorization': 'Bearer ' + sys.argv[2], 'Content-Type': 'application/json'}\n"
+    "request = urllib.request.Request(sys.argv[1] + '/v1/chat/completions', data=body, headers=headers)\n"
+    "with urllib.request.urlopen(request, timeout=120) as answer:\n    answer.read()\n"
+)
+
+
+def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotation(host, cases):
+    """The change fails its verification; the rollback's drain finds a long request in flight and times out
+    (sglang_services_drain_on_timeout=stop). The run ends naming the host as OUT OF ROTATION and why; the host's
+    guard never puts the rejected settings back; the next plain run converges it and puts it back into rotation."""
+    case = cases()
+    settings = {
+        **change(case),
+        # Each token takes 0.1 s: a 400-token stream is in flight for 40 s.
+        "sglang_services_environment": {**LAB_ENV, "DSV4_CASE": str(case), "SGLANG_LAB_TOKEN_SECONDS": "0.1"},
+        "sglang_services_drain_timeout": 3,
+        "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95},
+    }
+    rollout = subprocess.Popen(
+        [*deploy_argv(), "-e", json.dumps(settings)],
+        cwd=ROOT,
+        # The rollback's drain (the second drain of the run) waits 20 s before it begins: a long request starts then.
+        env=fault_env(f"pause:{DRAIN_TASK}#2@20"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines = []
+    for line in rollout.stdout:
+        lines.append(line)
+        if "LAB FAULT: pause" in line:
+            break
+    assert rollout.poll() is None, "".join(lines)[-3000:]
+    host.run_test(
+        f"setsid python3 -c {shlex.quote(LONG_STREAM)} {ROUTER} {shlex.quote(lab_secret('sglang_services_api_key'))}"
+        " >/dev/null 2>&1 < /dev/null &"
+    )
+    output = "".join(lines) + rollout.communicate(timeout=900)[0]
+    assert rollout.returncode != 0
+    message = flat_text(output)
+    assert f"ROLLBACK FAILED on {HOST}" in message, message[-3000:]
+    assert "did not drain within sglang_services_drain_timeout=3 s" in message
+    assert f"The host is OUT OF ROTATION: its router's workers are kept in {DRAIN}" in message
+    assert host.file(DRAIN).exists and not in_rotation(host, ROUTER)
+    # No run holds the host any more, but its services run the settings the run rejected: the guard keeps it out.
+    time.sleep(45)
+    assert host.file(DRAIN).exists, guard_said(host)
+    assert "does not run from the files on disk" in guard_said(host)
+    out = deploy()
+    assert out.returncode == 0, text(out)[-3000:]
+    assert runs_from_disk(host_state(host)) == [] and in_rotation(host, ROUTER)
+
+
+def flat_text(output: str) -> str:
+    return " ".join(output.split())

@@ -16,6 +16,8 @@ import time
 
 import pytest
 from faultcases import (
+    AFTER_DRAIN,
+    DRAIN,
     LOCK,
     RESTART,
     STEPS,
@@ -24,6 +26,8 @@ from faultcases import (
     converges,
     deploy_argv,
     fault_env,
+    guard_said,
+    in_rotation,
     pids,
     run,
     settled,
@@ -33,6 +37,7 @@ from faultcases import (
 from conftest import ROOT, host_state, text
 
 HOST = "dsv4-int-1"
+ROUTER = "http://127.0.0.1:27010"
 
 
 @pytest.mark.parametrize(("step", "task", "delay"), STEPS, ids=[s[0] for s in STEPS])
@@ -119,3 +124,35 @@ def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, 
         "decode": change(case)["sglang_genconfig_temperature"]
     }
     assert not after["lock"]
+
+
+def test_a_controller_killed_right_after_the_drain_costs_capacity_no_longer_than_the_lease(host, cases):
+    """SIGKILL right after the drain: the host is out of rotation, nothing restarted. While the killed run's lease
+    lives the host's guard leaves it alone; once the lease has ended (set here to its end, as time would) the guard
+    puts the workers back on its own: the services that served before the run serve again, with no run at all."""
+    case = cases()
+    before = host_state(host)
+    assert in_rotation(host, ROUTER)
+    out = run(change(case), fault=f"kill:{AFTER_DRAIN}")
+    assert out.returncode != 0 and "PLAY RECAP" not in out.stdout
+    settled(host)
+    assert host.file(DRAIN).exists and not in_rotation(host, ROUTER)
+    assert "sglang-dsv4-undrain-guard.timer" in host.check_output("systemctl list-timers --all --no-legend")
+    assert pids(host_state(host)) == pids(before)
+    # The killed run's lease is live: the guard looks (every 30 s) and leaves the host to it.
+    time.sleep(40)
+    assert host.file(DRAIN).exists, guard_said(host)
+    assert "a rollout holds the host" in guard_said(host)
+    # The lease ends.
+    host.run_test(
+        f"python3 -c \"import json; p='{LOCK}/owner.json'; o=json.load(open(p)); o['lease_until']=0;"
+        " json.dump(o, open(p, 'w'))\""
+    )
+    deadline = time.monotonic() + 120
+    while not in_rotation(host, ROUTER):
+        assert time.monotonic() < deadline, f"the guard did not put the host back: {guard_said(host)}"
+        time.sleep(2)
+    assert "worker(s) back in rotation" in guard_said(host)
+    assert pids(host_state(host)) == pids(before)
+    assert "sglang-dsv4-undrain-guard" not in host.check_output("systemctl list-timers --all --no-legend")
+    converges(host, change(case), *break_args(host))

@@ -1,12 +1,15 @@
 """The collection's host-side helper: the command line of the helper set (roles/sglang_common's layout, helper_set).
 
 Installed on each host beside the modules it runs (sglang_files.py, sglang_sampling_defaults.py, sglang_records.py,
-sglang_metrics.py, from plugins/module_utils, which the collection's modules import too). Standard library only:
+sglang_metrics.py, sglang_rotation.py, from plugins/module_utils, which the collection's modules import too).
+Standard library only:
 - each server unit runs it before every start (ExecStartPre=+, as root):
     `heal STATUS_DIR MANAGED_JSON TARGET_JSON` puts the managed defaults back into a re-downloaded
     generation_config.json, and leaves heal.json in STATUS_DIR for the metrics;
 - each unit runs `record RECORD_JSON INPUT...` before every start: what this start is made of (sglang_records.py);
-- the monitoring role's timer runs `metrics STATUS_DIR OUT.prom MANAGED_JSON TARGET_JSON UNIT=ROLE...` every minute.
+- the monitoring role's timer runs `metrics STATUS_DIR OUT.prom MANAGED_JSON TARGET_JSON UNIT=ROLE...` every minute;
+- the transient timer a drain arms runs `undrain-guard STATE_JSON` (sglang_rotation.py): it puts the host back into
+  rotation once no rollout holds it and its services serve.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ try:  # in a module (Ansiballz) and on the controller
 except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
     from sglang_records import record  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import undrain_guard
+except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+    from sglang_rotation import undrain_guard  # type: ignore[no-redef]
+try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import heal
 except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
     from sglang_sampling_defaults import heal  # type: ignore[no-redef]
@@ -42,7 +49,8 @@ except ImportError:  # on a host, installed beside it (the helper set, roles/sgl
 USAGE = """usage: sglang_helper.py heal STATUS_DIR MANAGED_JSON TARGET_GENERATION_CONFIG_JSON
        sglang_helper.py record RECORD_JSON INPUT...
        sglang_helper.py metrics STATUS_DIR OUT_PROM MANAGED_JSON TARGET_GENERATION_CONFIG_JSON \
-           UNIT=ROLE..."""
+           UNIT=ROLE...
+       sglang_helper.py undrain-guard STATE_JSON"""
 
 
 def say(line: str, stream=None) -> None:
@@ -76,6 +84,9 @@ def main(argv: list[str]) -> int:
         status_dir, out, managed, target = argv[1:5]
         units = dict(unit.split("=", 1) for unit in argv[5:])
         write_atomic(out, metrics(status_dir, managed, target, units), mode=0o644)
+        return 0
+    if len(argv) == 2 and argv[0] == "undrain-guard":
+        say(f"sglang-dsv4 guard: {undrain_guard(argv[1])}")
         return 0
     say(USAGE, sys.stderr)
     return 2

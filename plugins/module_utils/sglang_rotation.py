@@ -1,0 +1,179 @@
+"""A host out of rotation and back: part of the helper set (roles/sglang_common's layout, helper_set).
+
+A drain (modules/sglang_drain.py) takes every worker out of the host's router and keeps them in a root-only state
+file until they are back; it speaks to the router with the admin key the router runs with (systemd's copy of its
+credential for the current invocation), never with a key the controller sends. Under a rollout's lock the same
+drain arms a transient systemd timer on the host that runs `sglang_helper.py undrain-guard STATE_FILE` every
+GUARD_EVERY seconds. Once no live lease holds the host (the run that drained it is gone: killed, or its lease
+broken) and every service is active, healthy and runs from the files on disk (or, after an apply's drain,
+untouched from the invocation that served before the run), the guard puts the workers back, waits for the router's
+/readiness, and removes the state file and its own timer. So a controller killed after a drain costs the host's
+capacity no longer than the lease. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+try:  # in a module (Ansiballz) and on the controller
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import runs_from_disk
+except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+    from sglang_files import read_regular, write_atomic  # type: ignore[no-redef]
+    from sglang_records import runs_from_disk  # type: ignore[no-redef]
+
+# The transient timer (and its service) a drain arms; seconds between two looks of the guard.
+GUARD_UNIT = "sglang-dsv4-undrain-guard"
+GUARD_EVERY = 30
+# How long the guard waits for the router's /readiness after putting the workers back.
+READY_WAIT = 60
+
+
+def running_key(path: str) -> str | None:
+    """The admin key the running router started with (its credential, id:name:role:key), or None when it has none
+    (a router that does not run has no credentials folder)."""
+    raw = read_regular(path, limit=4096)
+    if raw is None:
+        return None
+    entry = raw.decode(errors="replace").strip()
+    return entry.split(":", 3)[3] if entry.count(":") >= 3 else entry
+
+
+def load_state(path: str) -> dict[str, Any] | None:
+    """The pending drain: {"workers": [...], "at": time, "guard": {...}}, or None when the host is in rotation."""
+    raw = read_regular(path, limit=1 << 20)
+    if raw is None:
+        return None
+    entry = json.loads(raw)
+    return entry if isinstance(entry, dict) and isinstance(entry.get("workers"), list) else None
+
+
+def save_state(path: str, workers: list[dict], guard: dict[str, Any] | None = None) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    entry = {"workers": workers, "at": time.time(), "guard": guard}
+    write_atomic(path, json.dumps(entry) + "\n", mode=0o600)
+
+
+def systemctl(*args: str) -> tuple[int, str]:
+    out = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=60, check=False)
+    return out.returncode, out.stdout
+
+
+def invocation(unit: str) -> tuple[str, str]:
+    """(ActiveState, InvocationID) of a unit."""
+    _rc, out = systemctl("show", unit, "--property=ActiveState", "--property=InvocationID")
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("ActiveState", ""), props.get("InvocationID", "")
+
+
+def arm(state_path: str, helper: str) -> None:
+    """(Re)start the guard's transient timer for this drain."""
+    disarm()
+    subprocess.run(
+        [
+            "systemd-run",
+            f"--unit={GUARD_UNIT}",
+            f"--on-active={GUARD_EVERY}",
+            f"--on-unit-active={GUARD_EVERY}",
+            "--timer-property=AccuracySec=1s",
+            "--description=Put the SGLang host back into rotation once no rollout holds it (sglang-dsv4)",
+            "/usr/bin/python3",
+            helper,
+            "undrain-guard",
+            state_path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def disarm() -> None:
+    """Remove the guard's timer (a drain that ended, or a guard that did its work)."""
+    systemctl("stop", "--no-block", f"{GUARD_UNIT}.timer")
+    systemctl("reset-failed", f"{GUARD_UNIT}.timer", f"{GUARD_UNIT}.service")
+
+
+def lease_live(lock: str, now: float) -> bool:
+    """Whether a rollout holds the host: its lock exists and its lease has not ended (unreadable counts as held)."""
+    if not os.path.lexists(lock):
+        return False
+    try:
+        owner = json.loads(read_regular(os.path.join(lock, "owner.json"), limit=4096) or b"{}")
+        return now <= float(owner["lease_until"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+
+
+def status(url: str, key: str = "", body: dict | None = None) -> int:
+    """The HTTP status of one call to a service on this host (0 when nothing answered)."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    # The router's own certificate, on an address of this host: checked for answering, not for who it is.
+    context = ssl._create_unverified_context()  # noqa: S323
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def serving(guard: dict[str, Any]) -> str:
+    """ "" when every service is active, healthy and runs from the files on disk, or (`drained_serve`: an apply's
+    drain, whose services are the ones that served before the run) from the invocation it was drained with; else
+    why not. A rollback's drain holds settings the run rejected: those never go back into rotation."""
+    for unit in guard.get("units") or []:
+        name = unit["name"]
+        active, current = invocation(f"{name}.service")
+        if active != "active":
+            return f"{name} is {active or 'unknown'}"
+        if status(unit["health_url"]) != 200:
+            return f"{name}: {unit['health_url']} does not answer 200"
+        record = os.path.join(guard["record_dir"], f"{name}.json")
+        untouched = guard.get("drained_serve") and current == unit.get("invocation")
+        if not untouched and not runs_from_disk(record, current):
+            return f"{name} does not run from the files on disk"
+    return ""
+
+
+def undrain_guard(state_path: str, now: float | None = None) -> str:
+    """One look of the guard: what it found or did, for the journal."""
+    entry = load_state(state_path)
+    if entry is None:
+        disarm()
+        return "the host is in rotation: nothing to do"
+    guard = entry.get("guard") or {}
+    if lease_live(guard.get("lock", ""), time.time() if now is None else now):
+        return "a rollout holds the host: it puts the workers back itself"
+    why = serving(guard)
+    if why:
+        return f"the host stays out of rotation: {why}"
+    router = guard["router_url"].rstrip("/")
+    key = running_key(guard["admin_credential"]) or ""
+    for worker in entry["workers"]:
+        code = status(f"{router}/workers", key, worker)
+        if code not in (200, 201, 202, 409):
+            return (
+                f"the router refused to take worker {worker.get('url')} back ({code}); the host stays out of rotation"
+            )
+    deadline = time.monotonic() + READY_WAIT
+    while status(f"{router}/readiness") != 200:
+        if time.monotonic() > deadline:
+            return f"{router}/readiness did not answer 200 within {READY_WAIT} s; the guard looks again"
+        time.sleep(1)
+    os.unlink(state_path)
+    disarm()
+    return f"no rollout holds the host and its services serve: {len(entry['workers'])} worker(s) back in rotation"
