@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -50,9 +51,13 @@ def lab_host(name: str):
     return testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory)
 
 
-def load(seconds: float) -> subprocess.Popen:
-    key = lab_secret("sglang_services_api_key")
-    argv = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER), "--key", key]
+def load(seconds: float, *keys: str) -> subprocess.Popen:
+    """Steady load through the balancer with the lab's client key (or these keys: a 401 to one is asked again with
+    the next, as a client does while a rotated key reaches the routers one host at a time)."""
+    keys = keys or (lab_secret("sglang_services_api_key"),)
+    argv = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER)]
+    for key in keys:
+        argv += ["--key", key]
     argv += ["--rate", str(RATE), "--seconds", str(seconds)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -179,3 +184,79 @@ def test_a_change_that_slows_the_first_token_is_stopped_at_the_canary_and_no_oth
         assert after[name]["files"] == before[name]["files"], name
         assert pids(after[name]) == pids(before[name]), name
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
+
+
+ASK = (
+    "import sys, urllib.request, urllib.error\n"
+    "method, url, key = sys.argv[1:4]\n"
+    'body = b\'{"model": "deepseek-ai/DeepSeek-V4-Flash", "max_tokens": 4,'
+    ' "messages": [{"role": "user", "content": "hi"}]}\' if method == \'POST\' else None\n'
+    "headers = {'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'}\n"
+    "request = urllib.request.Request(url, data=body, headers=headers)\n"
+    "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
+    "except urllib.error.HTTPError as error:\n    print(error.code)\n"
+)
+# The two hosts whose keys rotate (of the four behind the balancer): the others keep serving on the old keys.
+ROTATED = HOSTS[:2]
+
+
+def answers(host, method: str, path: str, key: str) -> int:
+    """The status the host's router gives this key (asked on the host): GET /workers or POST a chat request."""
+    port = re.search(r"--port (\d+)", host.check_output("systemctl cat sglang-dsv4-router")).group(1)
+    url = f"http://127.0.0.1:{port}{path}"
+    return int(host.check_output(f"python3 -c {shlex.quote(ASK)} {method} {url} {shlex.quote(key)}"))
+
+
+def rotate(settings: dict, keys: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, dict, dict, dict]:
+    hosts = {name: lab_host(name) for name in ROTATED}
+    before = {name: host_state(h) for name, h in hosts.items()}
+    client = load(ROLLOUT_TIMEOUT + 60, *keys)
+    time.sleep(3)
+    limit = ",".join(ROTATED)
+    out = deploy("--limit", limit, "-e", json.dumps({"sglang_rollout_canary": 0, **settings}), timeout=ROLLOUT_TIMEOUT)
+    time.sleep(3)
+    client.send_signal(signal.SIGTERM)
+    counted = tally(client)
+    return out, counted, before, {name: host_state(h) for name, h in hosts.items()}
+
+
+def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_refuse_the_old(request):
+    """The admin key, then the client key, rotated on two hosts under steady load through the balancer. The drain
+    speaks to each running router with the key it runs with; the new key takes over at the router's restart. The
+    admin key restarts only the router; the client key prefill, decode and the router. Nothing is lost (the clients
+    know both client keys while it reaches the routers), and the old keys are refused afterwards."""
+    old_client, old_admin = lab_secret("sglang_services_api_key"), lab_secret("sglang_services_admin_key")
+    new_admin, new_client = "rotated-admin-key-under-load-0123456789", "rotated-client-key-under-load-012345"
+    request.addfinalizer(lambda: back_to_inventory())
+
+    out, counted, before, after = rotate({"sglang_services_admin_key": new_admin}, (old_client,))
+    assert out.returncode == 0, text(out)[-4000:]
+    assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
+    for name in ROTATED:
+        host = lab_host(name)
+        assert runs_from_disk(after[name]) == [], name
+        assert after[name]["units"]["router"]["pid"] != before[name]["units"]["router"]["pid"], name
+        assert all(after[name]["units"][u]["pid"] == before[name]["units"][u]["pid"] for u in ("prefill", "decode"))
+        assert answers(host, "GET", "/workers", new_admin) == 200 and answers(host, "GET", "/workers", old_admin) == 401
+
+    both = {"sglang_services_admin_key": new_admin, "sglang_services_api_key": new_client}
+    out, counted, before, after = rotate(both, (old_client, new_client))
+    assert out.returncode == 0, text(out)[-4000:]
+    assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
+    for name in ROTATED:
+        host = lab_host(name)
+        assert runs_from_disk(after[name]) == [], name
+        assert all(after[name]["units"][u]["pid"] != before[name]["units"][u]["pid"] for u in after[name]["units"])
+        assert answers(host, "POST", "/v1/chat/completions", new_client) == 200
+        assert answers(host, "POST", "/v1/chat/completions", old_client) == 401
+        leaked = host.run(
+            "journalctl --no-pager -o cat | grep -cF -e "
+            + " -e ".join(shlex.quote(k) for k in (new_admin, new_client, old_admin, old_client))
+        )
+        assert leaked.rc == 1, leaked.stdout
+    assert new_admin not in text(out) and new_client not in text(out)
+
+
+def back_to_inventory() -> None:
+    back = deploy("-e", json.dumps({"sglang_rollout_canary": 0}), timeout=ROLLOUT_TIMEOUT)
+    assert back.returncode == 0, text(back)[-3000:]
