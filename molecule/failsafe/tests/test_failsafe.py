@@ -231,8 +231,18 @@ def control_plane_answers(host, key: str) -> int:
 
 
 def leaked(host, *secrets: str) -> list[str]:
-    """Which of these keys the host's whole journal holds."""
-    return [s for s in secrets if host.run(f"journalctl --no-pager -o cat | grep -cF {shlex.quote(s)}").rc == 0]
+    """Where the host keeps any of these keys outside the root-only key and snapshot folders: its whole journal,
+    and every file under the folders a rollout writes or leaves results in (rollout.json, the metrics, records)."""
+    found = []
+    for secret in secrets:
+        if host.run(f"journalctl --no-pager -o cat | grep -cF -e {shlex.quote(secret)}").rc == 0:
+            found.append(f"journal: {secret[:6]}...")
+        files = host.run(
+            f"grep -rlF -e {shlex.quote(secret)} /var/lib /run /etc /opt /srv /usr/local"
+            " --exclude-dir=credentials --exclude-dir=sglang-dsv4-rollout"
+        ).stdout.split()
+        found += [f"{path}: {secret[:6]}..." for path in files]
+    return found
 
 
 def test_an_admin_key_rotation_drains_with_the_running_key_and_restarts_only_the_router(host, at_inventory):
@@ -264,9 +274,12 @@ def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_invent
         " && rm -rf /etc/systemd/system/sglang-dsv4* && systemctl daemon-reload && rm -rf /run/sglang-dsv4"
     )
     assert host.run("pgrep -u sglang").rc == 1
-    out = run({"sglang_verify_api_key": "a-key-nobody-has-000"})
+    out = run({"sglang_verify_api_key": "a-key-nobody-has-000"}, "-vvv")
     assert out.returncode != 0
     assert f"{HOST} was rolled back to its state before this run" in text(out), text(out)[-3000:]
+    # A failed rollout at -vvv: no key in Ansible's output, in the host's journal or in any file it left.
+    keys = (lab_secret("sglang_services_api_key"), lab_secret("sglang_services_admin_key"))
+    assert [k for k in keys if k in text(out)] == [] and leaked(host, *keys) == []
     assert "ROLLBACK FAILED" not in text(out)
     assert host.run("pgrep -u sglang").rc == 1, host.run("ps -u sglang -o pid,args").stdout
     units = host.run("systemctl list-units --all --no-legend --plain 'sglang-dsv4*'").stdout
