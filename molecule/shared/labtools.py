@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -139,3 +140,60 @@ def runs_from_disk(state: dict) -> list[str]:
         elif entry["stale"]:
             faults.append(f"{unit} started from other content of {', '.join(entry['stale'])}")
     return faults
+
+
+CHAT = {"model": "deepseek-ai/DeepSeek-V4-Flash", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def ask(url: str, key: str, body: dict | None = None, timeout: float = 30) -> int:
+    """The HTTP status a service of a lab host gives this key, asked from the controller: the lab hosts share its
+    loopback, and a key on a command line run on a host would be logged there (the command module logs its
+    arguments to the host's journal), which the leak checks read."""
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=timeout) as answer:
+            answer.read()
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+LEAK_PROBE = r"""
+import base64, os, subprocess, sys
+secrets = [base64.b64decode(a) for a in sys.argv[1:]]
+found = []
+journal = subprocess.run(["journalctl", "--no-pager", "-o", "cat"], capture_output=True).stdout
+found += ["journal: %d" % n for n, s in enumerate(secrets) if s in journal]
+skip = {"credentials", "sglang-dsv4-rollout"}
+for top in ("/var/lib", "/run", "/etc", "/opt", "/srv", "/usr/local"):
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in skip]
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                if not os.path.isfile(path) or os.path.islink(path) or os.path.getsize(path) > 1 << 26:
+                    continue
+                data = open(path, "rb").read()
+            except OSError:
+                continue
+            found += ["%s: %d" % (path, n) for n, s in enumerate(secrets) if s in data]
+print("\n".join(found))
+"""
+
+
+def leaked(host, *secrets: str) -> list[str]:
+    """Where the host keeps any of these keys (by their number) outside the root-only key and snapshot folders: its
+    whole journal, and every file under the folders a rollout writes or leaves results in (rollout.json, the
+    metrics, the start records). The keys travel base64-encoded, so that the probe's own command line, which the
+    host logs, holds none of them."""
+    import base64
+    import shlex
+
+    encoded = " ".join(shlex.quote(base64.b64encode(s.encode()).decode()) for s in secrets)
+    out = host.run(f"python3 -c {shlex.quote(LEAK_PROBE)} {encoded}")
+    assert out.rc == 0, out.stderr
+    return [line for line in out.stdout.splitlines() if line]

@@ -19,6 +19,7 @@ PROGRAMS = {
     "sglang_records.py": COLLECTION / "plugins/module_utils/sglang_records.py",
     "sglang_metrics.py": COLLECTION / "plugins/module_utils/sglang_metrics.py",
     "sglang_rotation.py": COLLECTION / "plugins/module_utils/sglang_rotation.py",
+    "sglang_redact.py": COLLECTION / "plugins/module_utils/sglang_redact.py",
     "sglang_wait_healthy.py": COLLECTION / "roles/sglang_common/files/sglang_wait_healthy.py",
     "sglang_with_secret.py": COLLECTION / "roles/sglang_common/files/sglang_with_secret.py",
     "sglang_snapshot.py": COLLECTION / "roles/sglang_common/files/sglang_snapshot.py",

@@ -1,4 +1,8 @@
-"""Keys out of what a run prints: the journal lines a failure message quotes, and anything else read on a host.
+"""Keys out of what a run prints and what a service logs: part of the helper set (roles/sglang_common's layout).
+
+The restart module masks the journal lines a failure message quotes; the services' launcher
+(roles/sglang_common/files/sglang_with_secret.py, installed beside the helper set) masks every log record of the
+process it starts.
 
 Two nets: the values of the keys themselves (read on the host from the credential files the services load), and
 the shapes a key takes in SGLang's and the router's own output (`'api_key': '...'` in the `server_args=` line,
@@ -11,7 +15,10 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
+try:  # in a module (Ansiballz) and on the controller
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
+except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+    from sglang_files import read_regular  # type: ignore[no-redef]
 
 MASK = "<redacted>"
 # A value shorter than this is no key of this collection (the roles refuse keys under 16 characters).
@@ -55,5 +62,10 @@ def redact(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
         if len(secret) >= MIN_SECRET:
             text = text.replace(secret, MASK)
     for shape in SHAPES:
-        text = shape.sub(lambda m: m.group("head") + MASK, text)
+        text = shape.sub(lambda m: m.group("head") + _masked(m.group("value")), text)
     return text
+
+
+def _masked(value: str) -> str:
+    """The mask in the value's own quotes, so that a logged dict still reads as one."""
+    return f"{value[0]}{MASK}{value[0]}" if value[:1] in ("'", '"') else MASK

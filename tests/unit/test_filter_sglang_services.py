@@ -159,6 +159,7 @@ def test_inputs_are_what_each_service_starts_from():
             "sglang_records",
             "sglang_metrics",
             "sglang_rotation",
+            "sglang_redact",
         )
     ] + ["/usr/local/libexec/sglang-dsv4/sglang_wait_healthy.py"]
     model = "/srv/models/DeepSeek-V4-Flash"

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-LAUNCHER = Path(__file__).resolve().parents[2] / "roles/sglang_common/files/sglang_with_secret.py"
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = ROOT / "roles/sglang_common/files/sglang_with_secret.py"
+# The launcher imports the helper set's redaction: beside it on a host, from the collection here.
+IMPORTS = {"PYTHONPATH": str(ROOT / ".collections")}
 
 
 def run(tmp_path: Path, with_credential: bool, with_admin: bool = False) -> str:
@@ -25,7 +28,7 @@ def run(tmp_path: Path, with_credential: bool, with_admin: bool = False) -> str:
         (credentials / "api-key").write_text("s3cret\n")
     if with_admin:
         (credentials / "admin-key").write_text("dsv4-admin:operators:admin:adm1n\n")
-    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(credentials)}
+    env = {**os.environ, **IMPORTS, "CREDENTIALS_DIRECTORY": str(credentials)}
     out = subprocess.run(
         [sys.executable, str(LAUNCHER), str(program), "--port", "8000"],
         env=env,
@@ -60,7 +63,7 @@ def test_module_form_runs_a_module(tmp_path):
         [sys.executable, str(LAUNCHER), "-m", "json.tool", "--help"],
         capture_output=True,
         text=True,
-        env={**os.environ, "CREDENTIALS_DIRECTORY": str(tmp_path)},
+        env={**os.environ, **IMPORTS, "CREDENTIALS_DIRECTORY": str(tmp_path)},
         check=False,
     )
     assert out.returncode == 0 and "json.tool" in out.stdout
@@ -77,7 +80,7 @@ def launch(tmp_path: Path, program: str, credentials: dict[str, str]) -> subproc
         (folder / name).write_text(text + "\n")
     script = tmp_path / "program.py"
     script.write_text(program)
-    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(folder)}
+    env = {**os.environ, **IMPORTS, "CREDENTIALS_DIRECTORY": str(folder)}
     return subprocess.run(
         [sys.executable, str(LAUNCHER), str(script)], env=env, capture_output=True, text=True, check=True
     )
@@ -141,7 +144,7 @@ def test_the_real_sglang_server_args_line_is_masked(tmp_path):
     (folder / "server-config.yaml").write_text(json.dumps({"api-key": CLIENT_KEY}))
     script = tmp_path / "program.py"
     script.write_text(program)
-    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(folder)}
+    env = {**os.environ, **IMPORTS, "CREDENTIALS_DIRECTORY": str(folder)}
     out = subprocess.run([python, str(LAUNCHER), str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "server_args={" in out.stderr

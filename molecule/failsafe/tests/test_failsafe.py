@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
+import threading
 import time
 
 import pytest
@@ -36,6 +36,7 @@ from faultcases import (
     run,
     temperatures,
 )
+from labtools import CHAT, ask, leaked
 
 from conftest import ROOT, deploy, flat, host_state, lab_secret, runs_from_disk, text
 
@@ -92,22 +93,10 @@ def test_a_change_that_starts_but_fails_verification_is_undone_on_disk_and_in_th
     converges(host, change(case))
 
 
-ASK_ROUTER = (
-    "import json, sys, urllib.request, urllib.error\n"
-    "body = json.dumps({'model': 'deepseek-ai/DeepSeek-V4-Flash', 'max_tokens': 4,"
-    " 'messages': [{'role': 'user', 'content': 'hi'}]}).encode()\n"
-    "headers = {'Authorization': 'Bearer ' + sys.argv[2], 'Content-Type': 'application/json'}\n"
-    "request = urllib.request.Request(sys.argv[1], data=body, headers=headers)\n"
-    "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
-    "except urllib.error.HTTPError as error:\n    print(error.code)\n"
-)
-
-
 def router_answers(host, key: str) -> int:
-    """The HTTP status the router gives a client with this key (asked on the host, as a client there would)."""
-    return int(
-        host.check_output(f"python3 -c {shlex.quote(ASK_ROUTER)} {ROUTER}/v1/chat/completions {shlex.quote(key)}")
-    )
+    """The HTTP status the router gives a client with this key (asked from the controller, on the shared loopback:
+    a key on a command line run on the host would be logged in its journal)."""
+    return ask(f"{ROUTER}/v1/chat/completions", key, CHAT)
 
 
 def test_a_rotated_key_that_fails_verification_leaves_the_router_on_the_old_key(host, at_inventory):
@@ -217,32 +206,9 @@ def test_check_diff_shows_what_changes_but_never_an_env_file_or_a_key(host, at_i
     assert host_state(host)["files"] == before["files"]
 
 
-ASK_WORKERS = (
-    "import sys, urllib.request, urllib.error\n"
-    "request = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
-    "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
-    "except urllib.error.HTTPError as error:\n    print(error.code)\n"
-)
-
-
-def control_plane_answers(host, key: str) -> int:
-    """The status the router's control plane (GET /workers) gives this key, asked on the host."""
-    return int(host.check_output(f"python3 -c {shlex.quote(ASK_WORKERS)} {ROUTER}/workers {shlex.quote(key)}"))
-
-
-def leaked(host, *secrets: str) -> list[str]:
-    """Where the host keeps any of these keys outside the root-only key and snapshot folders: its whole journal,
-    and every file under the folders a rollout writes or leaves results in (rollout.json, the metrics, records)."""
-    found = []
-    for secret in secrets:
-        if host.run(f"journalctl --no-pager -o cat | grep -cF -e {shlex.quote(secret)}").rc == 0:
-            found.append(f"journal: {secret[:6]}...")
-        files = host.run(
-            f"grep -rlF -e {shlex.quote(secret)} /var/lib /run /etc /opt /srv /usr/local"
-            " --exclude-dir=credentials --exclude-dir=sglang-dsv4-rollout"
-        ).stdout.split()
-        found += [f"{path}: {secret[:6]}..." for path in files]
-    return found
+def control_plane_answers(key: str) -> int:
+    """The status the router's control plane (GET /workers) gives this key."""
+    return ask(f"{ROUTER}/workers", key)
 
 
 def test_an_admin_key_rotation_drains_with_the_running_key_and_restarts_only_the_router(host, at_inventory):
@@ -251,14 +217,14 @@ def test_an_admin_key_rotation_drains_with_the_running_key_and_restarts_only_the
     old, client = lab_secret("sglang_services_admin_key"), lab_secret("sglang_services_api_key")
     new = "rotated-admin-key-0123456789abcdefghijkl"
     before = host_state(host)
-    assert control_plane_answers(host, old) == 200
+    assert control_plane_answers(old) == 200
     out = run({"sglang_services_admin_key": new}, "-vvv")
     assert out.returncode == 0, text(out)[-3000:]
     after = host_state(host)
     assert runs_from_disk(after) == []
     assert after["units"]["router"]["pid"] != before["units"]["router"]["pid"]
     assert all(after["units"][u]["pid"] == before["units"][u]["pid"] for u in ("prefill", "decode"))
-    assert control_plane_answers(host, new) == 200 and control_plane_answers(host, old) == 401
+    assert control_plane_answers(new) == 200 and control_plane_answers(old) == 401
     assert not host.file("/run/sglang-dsv4/drain.json").exists
     assert leaked(host, new, old, client) == []
     # Ansible's own output at -vvv: the new key was given on its command line (-e), never printed back.
@@ -292,14 +258,16 @@ def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_invent
     assert runs_from_disk(host_state(host)) == []
 
 
-LONG_STREAM = (
-    "import json, sys, urllib.request\n"
-    "body = json.dumps({'model': 'deepseek-ai/DeepSeek-V4-Flash', 'max_tokens': 400, 'stream': True,"
-    " 'messages': [{'role': 'user', 'content': 'tell a long story'}]}).encode()\n"
-    "headers = {'Authorization': 'Bearer ' + sys.argv[2], 'Content-Type': 'application/json'}\n"
-    "request = urllib.request.Request(sys.argv[1] + '/v1/chat/completions', data=body, headers=headers)\n"
-    "with urllib.request.urlopen(request, timeout=120) as answer:\n    answer.read()\n"
-)
+def long_stream() -> threading.Thread:
+    """A 400-token streaming request through the router, from the controller, in the background."""
+    body = {**CHAT, "max_tokens": 400, "stream": True}
+    client = threading.Thread(
+        target=ask,
+        args=(f"{ROUTER}/v1/chat/completions", lab_secret("sglang_services_api_key"), body, 120),
+        daemon=True,
+    )
+    client.start()
+    return client
 
 
 def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotation(host, cases):
@@ -330,10 +298,7 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
         if "LAB FAULT: pause" in line:
             break
     assert rollout.poll() is None, "".join(lines)[-3000:]
-    host.run_test(
-        f"setsid python3 -c {shlex.quote(LONG_STREAM)} {ROUTER} {shlex.quote(lab_secret('sglang_services_api_key'))}"
-        " >/dev/null 2>&1 < /dev/null &"
-    )
+    long_stream()
     output = "".join(lines) + rollout.communicate(timeout=900)[0]
     assert rollout.returncode != 0
     message = flat_text(output)

@@ -1,7 +1,8 @@
 """The collection's host-side helper: the command line of the helper set (roles/sglang_common's layout, helper_set).
 
 Installed on each host beside the modules it runs (sglang_files.py, sglang_sampling_defaults.py, sglang_records.py,
-sglang_metrics.py, sglang_rotation.py, from plugins/module_utils, which the collection's modules import too).
+sglang_metrics.py, sglang_rotation.py, sglang_redact.py, from plugins/module_utils, which the collection's modules
+import too).
 Standard library only:
 - each server unit runs it before every start (ExecStartPre=+, as root):
     `heal STATUS_DIR MANAGED_JSON TARGET_JSON` puts the managed defaults back into a re-downloaded

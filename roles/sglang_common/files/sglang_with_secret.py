@@ -15,66 +15,43 @@ srt/entrypoints/engine.py, before any worker process is spawned), the client key
 `admin_api_key`), and the journal keeps what a service logs for the `adm` and `systemd-journal` groups and for
 log shippers. Before the program runs, this launcher installs a log-record factory in the process that masks
 every credential's value, and any value in a key's shape (`'api_key': '...'`), in every record's message, whatever
-handler SGLang configures later. Standard library only.
+handler SGLang configures later (sglang_redact.py of the helper set, beside it). Standard library only.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import runpy
 import sys
 from pathlib import Path
 
+# Installed beside the helper set (roles/sglang_common's layout): the one redaction of keys, shared with the modules.
+sys.dont_write_bytecode = True
+try:  # on the controller (the tests)
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact, secrets_of
+except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+    from sglang_redact import redact, secrets_of  # type: ignore[no-redef]
+
 # Credential name -> the flag it becomes.
 CREDENTIAL_FLAGS = (("api-key", "--api-key"), ("admin-key", "--control-plane-api-keys"))
-MASK = "<redacted>"
-# A value shorter than this is no key of this collection (the roles refuse keys under 16 characters).
-MIN_SECRET = 8
-# A key's field in a logged dict or dataclass, whatever its value: 'api_key': '...', admin_api_key='...'.
-KEY_FIELD = re.compile(r"""(?P<head>['"]?\b(?:admin_)?api_keys?['"]?\s*[:=]\s*)(?P<value>'[^']*'|"[^"]*")""")
+# Files of the credentials folder that hold keys (the TLS files hold no key a log could show).
+KEY_CREDENTIALS = ("api-key", "admin-key", "server-config.yaml")
 
 
 def credentials() -> dict[str, str]:
     directory = os.environ.get("CREDENTIALS_DIRECTORY")
     if not directory or not Path(directory).is_dir():
         return {}
-    return {path.name: path.read_text().strip() for path in sorted(Path(directory).iterdir()) if path.is_file()}
+    return {path.name: str(path) for path in sorted(Path(directory).iterdir()) if path.is_file()}
 
 
 def secret_args(found: dict[str, str]) -> list[str]:
     args: list[str] = []
     for name, flag in CREDENTIAL_FLAGS:
         if name in found:
-            args += [flag, found[name]]
+            args += [flag, Path(found[name]).read_text().strip()]
     return args
-
-
-def secret_values(found: dict[str, str]) -> list[str]:
-    """Every key a credential holds: its text, each string of a JSON object (the servers' --config file), and the
-    key of an id:name:role:key entry; longest first, so that no part of a longer key is left showing."""
-    values: set[str] = set()
-    for name, text in found.items():
-        if name.startswith("tls-"):
-            continue
-        candidates = [text]
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            candidates += [v for v in parsed.values() if isinstance(v, str)]
-        candidates += [c.split(":", 3)[3] for c in list(candidates) if c.count(":") >= 3]
-        values.update(c for c in candidates if len(c) >= MIN_SECRET)
-    return sorted(values, key=len, reverse=True)
-
-
-def mask(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, MASK)
-    return KEY_FIELD.sub(lambda m: m.group("head") + repr(MASK), text)
 
 
 def install_redaction(secrets: list[str]) -> None:
@@ -87,7 +64,7 @@ def install_redaction(secrets: list[str]) -> None:
             message = record.getMessage()
         except (TypeError, ValueError):
             return record
-        masked = mask(message, secrets)
+        masked = redact(message, secrets)
         if masked != message:
             record.msg, record.args = masked, None
         return record
@@ -100,7 +77,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     found = credentials()
-    install_redaction(secret_values(found))
+    install_redaction(secrets_of([path for name, path in found.items() if name in KEY_CREDENTIALS]))
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:], *secret_args(found)]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
