@@ -173,7 +173,8 @@ def main() -> None:
             "margin": {"type": "int", "default": 15},
             "orphans": {"type": "list", "elements": "str", "default": []},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-            "secret_files": {"type": "list", "elements": "path", "default": []},
+            # Paths of the key files, not keys: what they hold is read on the host and never returned.
+            "secret_files": {"type": "list", "elements": "path", "default": [], "no_log": False},
             "fence": {"type": "dict"},
         },
         supports_check_mode=True,

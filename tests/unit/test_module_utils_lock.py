@@ -125,7 +125,7 @@ def test_two_runs_breaking_the_same_expired_lock_at_once_exactly_one_wins(path):
         start.set()
         for process in breakers:
             process.join(30)
-        won = sorted(run_id for run_id, taken in (results.get(timeout=5) for _ in breakers) if taken)
+        won = sorted(run_id for run_id, taken in (results.get(timeout=5) for _breaker in breakers) if taken)
         assert len(won) == 1, won
         assert lock.inspect(path)["run_id"] == won[0]
         assert lock.release(path, won[0])

@@ -217,7 +217,7 @@ def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_r
     know both client keys while it reaches the routers), and the old keys are refused afterwards."""
     old_client, old_admin = lab_secret("sglang_services_api_key"), lab_secret("sglang_services_admin_key")
     new_admin, new_client = "rotated-admin-key-under-load-0123456789", "rotated-client-key-under-load-012345"
-    request.addfinalizer(lambda: back_to_inventory())
+    request.addfinalizer(back_to_inventory)
 
     out, counted, before, after = rotate({"sglang_services_admin_key": new_admin}, (old_client,))
     assert out.returncode == 0, text(out)[-4000:]

@@ -831,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     args, unparsed = parser.parse_known_args(_apply_config_file(parser, flags))
     # As SGLang 0.5.23 does at every start (srt/entrypoints/engine.py): every resolved argument at INFO, the client
     # key among them, so that the lab proves the launcher keeps it out of the journal.
-    log.info(f"server_args={vars(args)}")
+    log.info("server_args=%s", vars(args))
     app = ServerApp(args, unparsed, flags)
     handler = type("BoundHandler", (Handler,), {"app": app})
     httpd = ThreadingHTTPServer((args.host, args.port), handler)
