@@ -73,27 +73,34 @@ def invocation(unit: str) -> tuple[str, str]:
     return props.get("ActiveState", ""), props.get("InvocationID", "")
 
 
-def arm(state_path: str, helper: str) -> None:
-    """(Re)start the guard's transient timer for this drain."""
-    disarm()
-    subprocess.run(
-        [
-            "systemd-run",
-            f"--unit={GUARD_UNIT}",
-            f"--on-active={GUARD_EVERY}",
-            f"--on-unit-active={GUARD_EVERY}",
-            "--timer-property=AccuracySec=1s",
-            "--description=Put the SGLang host back into rotation once no rollout holds it (sglang-dsv4)",
-            "/usr/bin/python3",
-            helper,
-            "undrain-guard",
-            state_path,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+def arm(state_path: str, helper: str) -> str:
+    """(Re)start the guard's transient timer for this drain; "" or why it could not."""
+    for _attempt in range(3):
+        # A guard looking right now finds this run's live lease and does nothing: stopping it costs nothing.
+        systemctl("stop", f"{GUARD_UNIT}.timer", f"{GUARD_UNIT}.service")
+        systemctl("reset-failed", f"{GUARD_UNIT}.timer", f"{GUARD_UNIT}.service")
+        armed = subprocess.run(
+            [
+                "systemd-run",
+                f"--unit={GUARD_UNIT}",
+                f"--on-active={GUARD_EVERY}",
+                f"--on-unit-active={GUARD_EVERY}",
+                "--timer-property=AccuracySec=1s",
+                "--description=Put the SGLang host back into rotation once no rollout holds it (sglang-dsv4)",
+                "/usr/bin/python3",
+                helper,
+                "undrain-guard",
+                state_path,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if armed.returncode == 0:
+            return ""
+        time.sleep(1)
+    return f"systemd-run: {armed.stderr.strip()[-300:]}"
 
 
 def disarm() -> None:

@@ -315,7 +315,9 @@ def drain(module: AnsibleModule) -> None:
         saved = [saved_form(w) for w in listed or []]
         sglang_rotation.save_state(p["state_file"], saved, guard)
     if p["guard"]:
-        sglang_rotation.arm(p["state_file"], p["guard"]["helper"])
+        why = sglang_rotation.arm(p["state_file"], p["guard"]["helper"])
+        if why:
+            module.warn(f"the host's own guard could not be armed ({why}): if this run dies, the next run puts it back")
     evict = Eviction(module, router, key or "", p["state_file"], saved, guard)
     # Out of rotation once no worker is listed and /readiness is anything but 200 (503, or no answer from a router
     # that does not run).
