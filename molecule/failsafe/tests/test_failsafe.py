@@ -259,8 +259,9 @@ def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_invent
 
 
 def long_stream() -> threading.Thread:
-    """A 400-token streaming request through the router, from the controller, in the background."""
-    body = {**CHAT, "max_tokens": 400, "stream": True}
+    """A 400-token streaming request through the router, from the controller, in the background: greedy, so that the
+    stand-in never ends it early (its end-of-text never wins outright)."""
+    body = {**CHAT, "max_tokens": 400, "stream": True, "temperature": 0}
     client = threading.Thread(
         target=ask,
         args=(f"{ROUTER}/v1/chat/completions", lab_secret("sglang_services_api_key"), body, 120),
@@ -285,8 +286,8 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
     rollout = subprocess.Popen(
         [*deploy_argv(), "-e", json.dumps(settings)],
         cwd=ROOT,
-        # The rollback's drain (the second drain of the run) waits 20 s before it begins: a long request starts then.
-        env=fault_env(f"pause:{DRAIN_TASK}#2@20"),
+        # The rollback's drain (the second drain of the run) waits 10 s before it begins: a long request starts then.
+        env=fault_env(f"pause:{DRAIN_TASK}#2@10"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
