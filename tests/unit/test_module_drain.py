@@ -24,35 +24,6 @@ sglang:gen_throughput{model_name="m"} 12.5
 
 
 @pytest.fixture
-def server():
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            data = METRICS.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
-    httpd.shutdown()
-
-
-def test_in_flight_sums_running_queued_and_pd_queues_only(server):
-    assert drain.in_flight([server]) == (6, [])
-    assert drain.in_flight([server, server]) == (12, [])
-
-
-def test_only_a_closed_port_means_nothing_in_flight(server):
-    assert drain.in_flight(["http://127.0.0.1:9/metrics"]) == (0, [])
-    assert drain.in_flight([server, "http://127.0.0.1:9/metrics"]) == (6, [])
-
-
-@pytest.fixture
 def answering():
     """A /metrics that answers what the test sets: a status, a body, or a hang longer than the drain's read."""
     reply = {"status": 200, "body": METRICS, "hang": 0.0}
@@ -73,6 +44,22 @@ def answering():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics", reply
     httpd.shutdown()
+
+
+@pytest.fixture
+def server(answering):
+    """A /metrics that answers SGLang's gauges."""
+    return answering[0]
+
+
+def test_in_flight_sums_running_queued_and_pd_queues_only(server):
+    assert drain.in_flight([server]) == (6, [])
+    assert drain.in_flight([server, server]) == (12, [])
+
+
+def test_only_a_closed_port_means_nothing_in_flight(server):
+    assert drain.in_flight(["http://127.0.0.1:9/metrics"]) == (0, [])
+    assert drain.in_flight([server, "http://127.0.0.1:9/metrics"]) == (6, [])
 
 
 @pytest.mark.parametrize(
