@@ -13,13 +13,13 @@ capacity no longer than the lease. Standard library only.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import Any
 
 try:  # in a module (Ansiballz) and on the controller
@@ -126,16 +126,24 @@ def status(url: str, key: str = "", body: dict | None = None) -> int:
     if key:
         headers["Authorization"] = f"Bearer {key}"
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-    # The router's own certificate, on an address of this host: checked for answering, not for who it is.
-    context = ssl._create_unverified_context()  # noqa: S323
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https":
+        # The router's own certificate, on an address of this host: checked for answering, not for who it is.
+        context = ssl._create_unverified_context()  # noqa: S323
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=5, context=context
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
     try:
-        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
-            return answer.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except (urllib.error.URLError, OSError):
+        connection.request("POST" if data else "GET", parts.path or "/", body=data, headers=headers)
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    except (OSError, http.client.HTTPException):
         return 0
+    finally:
+        connection.close()
 
 
 def serving(guard: dict[str, Any]) -> str:
