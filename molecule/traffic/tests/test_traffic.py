@@ -188,6 +188,8 @@ def test_a_change_that_slows_the_first_token_is_stopped_at_the_canary_and_no_oth
 
 # The two hosts whose keys rotate (of the four behind the balancer): the others keep serving on the old keys.
 ROTATED = HOSTS[:2]
+# The state the rollout above left on every host (the canary's fault was rolled back): a rotation changes only keys.
+AFTER_ROLLOUT = {"sglang_genconfig_temperature": 0.65}
 
 
 def answers(host, path: str, key: str) -> int:
@@ -203,14 +205,15 @@ def rotate(settings: dict, keys: tuple[str, ...]) -> tuple[subprocess.CompletedP
     client = load(ROLLOUT_TIMEOUT + 60, *keys)
     time.sleep(3)
     limit = ",".join(ROTATED)
-    out = deploy("--limit", limit, "-e", json.dumps({"sglang_rollout_canary": 0, **settings}), timeout=ROLLOUT_TIMEOUT)
+    extra = {"sglang_rollout_canary": 0, **AFTER_ROLLOUT, **settings}
+    out = deploy("--limit", limit, "-e", json.dumps(extra), timeout=ROLLOUT_TIMEOUT)
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
     counted = tally(client)
     return out, counted, before, {name: host_state(h) for name, h in hosts.items()}
 
 
-def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_refuse_the_old(request):
+def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_refuse_the_old(rollout, request):
     """The admin key, then the client key, rotated on two hosts under steady load through the balancer. The drain
     speaks to each running router with the key it runs with; the new key takes over at the router's restart. The
     admin key restarts only the router; the client key prefill, decode and the router. Nothing is lost (the clients
