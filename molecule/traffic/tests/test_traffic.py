@@ -213,7 +213,8 @@ def rotate(settings: dict, keys: tuple[str, ...]) -> tuple[subprocess.CompletedP
     return out, counted, before, {name: host_state(h) for name, h in hosts.items()}
 
 
-def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_refuse_the_old(rollout, request):
+@pytest.mark.usefixtures("rollout")
+def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_refuse_the_old(request):
     """The admin key, then the client key, rotated on two hosts under steady load through the balancer. The drain
     speaks to each running router with the key it runs with; the new key takes over at the router's restart. The
     admin key restarts only the router; the client key prefill, decode and the router. Nothing is lost (the clients
