@@ -62,7 +62,11 @@ def save_state(path: str, workers: list[dict], guard: dict[str, Any] | None = No
 
 
 def systemctl(*args: str) -> tuple[int, str]:
-    out = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=60, check=False)
+    """(rc, stdout) of one systemctl call; 127 where there is no systemctl (nothing of ours can run there)."""
+    try:
+        out = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=60, check=False)
+    except FileNotFoundError:
+        return 127, ""
     return out.returncode, out.stdout
 
 

@@ -113,3 +113,14 @@ def test_a_service_restarted_since_the_drain_must_run_from_disk(host):
 def test_nothing_drained_is_nothing_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(rotation, "disarm", lambda: None)
     assert "nothing to do" in rotation.undrain_guard(str(tmp_path / "none.json"))
+
+
+def test_a_host_without_systemctl_is_no_traceback(monkeypatch):
+    """The drain's restore disarms the guard; where no systemctl exists (a controller's test tree), nothing raises."""
+
+    def missing(*args, **kwargs):
+        raise FileNotFoundError("systemctl")
+
+    monkeypatch.setattr(rotation.subprocess, "run", missing)
+    assert rotation.systemctl("stop", "x.timer") == (127, "")
+    rotation.disarm()
