@@ -146,6 +146,17 @@ def lost_message(path: str, run_id: str, holder: dict[str, Any]) -> str:
     )
 
 
+def fenced(module: Any) -> None:
+    """In a module that writes: fail, touching nothing, when this run no longer holds the host's rollout lock given
+    as its `fence` parameter (path, run_id, lease), and renew the lease when it does."""
+    fence = module.params.get("fence")
+    if not fence:
+        return
+    holder = renew(fence["path"], fence["run_id"], int(fence["lease"]))
+    if holder is not None:
+        module.fail_json(msg=lost_message(fence["path"], fence["run_id"], holder), holder=holder, lost=True)
+
+
 def _remove(path: str) -> None:
     if os.path.islink(path) or not os.path.isdir(path):
         os.unlink(path)

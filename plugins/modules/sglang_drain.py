@@ -219,16 +219,6 @@ def installed(module: AnsibleModule, unit: str) -> bool:
     return out.strip() != "LoadState=not-found"
 
 
-def fenced(module: AnsibleModule) -> None:
-    """Fail, touching nothing, when this run no longer holds the host's rollout lock (and renew its lease)."""
-    fence = module.params.get("fence")
-    if not fence:
-        return
-    holder = sglang_lock.renew(fence["path"], fence["run_id"], int(fence["lease"]))
-    if holder is not None:
-        module.fail_json(msg=sglang_lock.lost_message(fence["path"], fence["run_id"], holder), holder=holder, lost=True)
-
-
 def listed_workers(router: str, key: str) -> list[dict] | None:
     """The router's workers, or None when its control plane does not answer (a router that does not run)."""
     status, body = call(f"{router}/workers", key=key)
@@ -308,7 +298,7 @@ def drain(module: AnsibleModule) -> None:
             seconds=0.0,
             workers=workers,
         )
-    fenced(module)
+    sglang_lock.fenced(module)
     # A drain left by a rollback's first attempt or a run that died keeps the workers it saved.
     guard = guard_settings(module, pending)
     if saved is None:
@@ -361,7 +351,7 @@ def restore(module: AnsibleModule) -> None:
     workers = pending["workers"]
     if module.check_mode:
         module.exit_json(changed=True, seconds=0.0, workers=workers)
-    fenced(module)
+    sglang_lock.fenced(module)
     if p["router_unit"] and not installed(module, p["router_unit"]):
         os.unlink(p["state_file"])
         sglang_rotation.disarm()

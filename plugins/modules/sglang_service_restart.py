@@ -183,13 +183,7 @@ def main() -> None:
     acting = bool(p["daemon_reload"] or p["restart"])
     if module.check_mode:
         module.exit_json(changed=acting, waited=0.0, units={}, stopped=[], unlinked=[])
-    fence = p["fence"]
-    if fence:
-        holder = sglang_lock.renew(fence["path"], fence["run_id"], int(fence["lease"]))
-        if holder is not None:
-            module.fail_json(
-                msg=sglang_lock.lost_message(fence["path"], fence["run_id"], holder), holder=holder, lost=True
-            )
+    sglang_lock.fenced(module)
     if p["daemon_reload"]:
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
     stopped = [name for name in p["orphans"] if orphaned(module, name)]
