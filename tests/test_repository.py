@@ -311,3 +311,28 @@ def test_every_role_variable_has_a_bad_input_case():
         specs = yaml.safe_load((ROOT / f"roles/{role}/meta/argument_specs.yml").read_text())["argument_specs"]
         missing = set(specs["main"]["options"]) - covered
         assert not missing, f"{role}: no case in tests/bad_inputs.yml for {sorted(missing)}"
+
+
+PRODUCTION_ROLES = ["sglang_common", "sglang_runtime", "sglang_genconfig", "sglang_services", "sglang_verify", "sglang_monitoring"]
+# A private fact of a role (_ROLE_x, __ROLE_x), or anything of the orchestrator (sglang_rollout_x: its plan, lock
+# and decisions), named in a task, a variable, a handler or a template.
+FOREIGN = re.compile(r"(?<![\w.])(?:_{1,2}sglang_(?P<role>[a-z]+)_\w+|sglang_rollout_\w+)")
+
+
+@pytest.mark.parametrize("role", PRODUCTION_ROLES)
+def test_a_production_role_reads_its_parameters_not_another_roles_private_facts(role):
+    """A role is a function of its parameters: it reads its own variables, its dependencies' (meta/main.yml), and
+    what its caller passes as its parameters; never the orchestrator's facts or another role's private ones."""
+    meta = yaml.safe_load((ROOT / f"roles/{role}/meta/main.yml").read_text())
+    own = {role, *(d if isinstance(d, str) else d["role"] for d in meta.get("dependencies") or [])}
+    found = []
+    for path in sorted((ROOT / "roles" / role).rglob("*")):
+        if path.suffix not in {".yml", ".j2"} or "tests" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            for match in FOREIGN.finditer(line):
+                if match["role"] is None or f"sglang_{match['role']}" not in own:
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {match[0]}")
+    assert not found, "\n".join(found)

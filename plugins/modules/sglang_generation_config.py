@@ -29,6 +29,11 @@ options:
     description: Keep a timestamped copy of the file before each change.
     type: bool
     default: true
+  fence:
+    description:
+      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
+        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
+    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -61,6 +66,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import UnsafeFileError, load, write_atomic
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     SAMPLING_KEYS,
@@ -77,6 +83,7 @@ def main() -> None:
             "sampling": {"type": "dict", "required": True},
             "allow_greedy": {"type": "bool", "default": False},
             "backup": {"type": "bool", "default": True},
+            "fence": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -101,6 +108,8 @@ def main() -> None:
         "applied": {key: sampling[key] for key in SAMPLING_KEYS if sampling.get(key) is not None},
         "diff": {"before": before or "", "after": after, "before_header": path, "after_header": path},
     }
+    if not module.check_mode:
+        sglang_lock.fenced(module)
     if result["changed"] and not module.check_mode:
         # Every write goes through a random name made with O_EXCL in the same folder, then a rename: never
         # through a link that someone planted at the original's or the backup's name.

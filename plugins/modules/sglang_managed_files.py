@@ -39,6 +39,11 @@ attributes:
   diff_mode:
     description: No diff (the files may hold keys); the plan shows what differs.
     support: none
+  fence:
+    description:
+      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
+        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
+    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -65,6 +70,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     UnsafeFileError,
     read_regular,
@@ -110,6 +116,9 @@ def write(module) -> None:
         path = os.path.join(into, os.path.basename(item["path"])) if into else item["path"]
         mode = int(str(item.get("mode", "0644")), 8)
         planned.append((path, mode, item.get("content")))
+    if not module.check_mode:
+        # The first write of this call is a folder or a file: the lock is checked before either.
+        sglang_lock.fenced(module)
     made, modes = [], {}
     for folder in module.params["directories"]:
         path, mode = folder["path"], int(str(folder["mode"]), 8)
@@ -161,6 +170,7 @@ def main() -> None:
             "files": {"type": "list", "elements": "dict", "required": True},
             "directories": {"type": "list", "elements": "dict", "default": []},
             "into": {"type": "path"},
+            "fence": {"type": "dict"},
         },
         supports_check_mode=True,
     )

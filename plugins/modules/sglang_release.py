@@ -71,6 +71,11 @@ options:
     type: list
     elements: str
     default: []
+  fence:
+    description:
+      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
+        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
+    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -96,6 +101,7 @@ import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import write_atomic
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import (
     LOCK,
@@ -155,6 +161,7 @@ def build(module: AnsibleModule) -> None:
         module.exit_json(changed=False, path=path, seconds=0.0)
     if module.check_mode:
         module.exit_json(changed=True, path=path, seconds=0.0)
+    sglang_lock.fenced(module)
     if os.path.lexists(path):
         remove_release(module, directory, rid)
     started = time.monotonic()
@@ -192,6 +199,8 @@ def build(module: AnsibleModule) -> None:
             if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
                 os.chmod(entry, stat.S_IMODE(info.st_mode) & ~0o022)
     os.chmod(path, 0o755)  # noqa: S103 - readable and runnable by the service user, writable by root alone
+    # The manifest makes the release one that units may run: written only while this run still holds the lock.
+    sglang_lock.fenced(module)
     entry = {
         "id": rid,
         "group": p["group"],
@@ -211,6 +220,7 @@ def prune(module: AnsibleModule) -> None:
         module.fail_json(msg=f"sglang_runtime_releases_dir: {directory} {why}")
     remove = prunable(releases_in(directory), p["keep"], set(p["protect"]))
     if not module.check_mode:
+        sglang_lock.fenced(module)
         for rid in remove:
             remove_release(module, directory, rid)
     module.exit_json(changed=bool(remove), removed=remove)
@@ -233,6 +243,7 @@ def main() -> None:
             "modules": {"type": "list", "elements": "str", "default": []},
             "keep": {"type": "int", "default": 3},
             "protect": {"type": "list", "elements": "str", "default": []},
+            "fence": {"type": "dict"},
         },
         required_if=[("state", "present", ("id", "lock", "group"))],
         supports_check_mode=True,

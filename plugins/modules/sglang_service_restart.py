@@ -48,6 +48,11 @@ options:
     description: Seconds allowed beyond the start timeout.
     type: int
     default: 15
+  enable:
+    description: Units to enable (C(systemctl enable)) when they are not; done after the reload, before any restart.
+    type: list
+    elements: str
+    default: []
   orphans:
     description: The units (and the target) this collection manages; any of them that runs with no unit file is
       stopped.
@@ -93,6 +98,10 @@ units:
   description: Per waited unit, its last ActiveState/SubState and URL status.
   returned: always
   type: dict
+enabled:
+  description: The units this call enabled.
+  returned: always
+  type: list
 stopped:
   description: The units stopped because they ran with no unit file.
   returned: always
@@ -127,6 +136,11 @@ def unit_props(module: AnsibleModule, name: str) -> dict[str, str]:
 
 def installed(module: AnsibleModule, name: str) -> bool:
     return unit_props(module, name).get("LoadState") not in ("not-found", None)
+
+
+def enabled(module: AnsibleModule, name: str) -> bool:
+    """Whether systemd starts the unit at boot (C(systemctl is-enabled) says enabled)."""
+    return module.run_command(["systemctl", "is-enabled", name], check_rc=False)[1].strip() == "enabled"
 
 
 def orphaned(module: AnsibleModule, name: str) -> bool:
@@ -171,6 +185,7 @@ def main() -> None:
             "wait": {"type": "list", "elements": "dict", "default": []},
             "timeout": {"type": "int", "required": True},
             "margin": {"type": "int", "default": 15},
+            "enable": {"type": "list", "elements": "str", "default": []},
             "orphans": {"type": "list", "elements": "str", "default": []},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             # Paths of the key files, not keys: what they hold is read on the host and never returned.
@@ -180,12 +195,15 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    acting = bool(p["daemon_reload"] or p["restart"])
+    to_enable = [name for name in p["enable"] if not enabled(module, name)]
+    acting = bool(p["daemon_reload"] or p["restart"] or to_enable)
     if module.check_mode:
-        module.exit_json(changed=acting, waited=0.0, units={}, stopped=[], unlinked=[])
+        module.exit_json(changed=acting, waited=0.0, units={}, enabled=to_enable, stopped=[], unlinked=[])
     sglang_lock.fenced(module)
     if p["daemon_reload"]:
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
+    if to_enable:
+        module.run_command(["systemctl", "enable", *to_enable], check_rc=True)
     stopped = [name for name in p["orphans"] if orphaned(module, name)]
     if stopped:
         # Blocking: bounded by each unit's TimeoutStopSec, and gone before anything else starts on their ports.
@@ -236,6 +254,7 @@ def main() -> None:
                     f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(module, name)}",
                     units=units,
                     waited=round(time.monotonic() - started, 1),
+                    enabled=to_enable,
                     stopped=stopped,
                     unlinked=unlinked,
                 )
@@ -255,12 +274,18 @@ def main() -> None:
                 msg=f"not ready within the start timeout of {p['timeout']} s (+{p['margin']} s): {late}",
                 units=units,
                 waited=round(time.monotonic() - started, 1),
+                enabled=to_enable,
                 stopped=stopped,
                 unlinked=unlinked,
             )
         time.sleep(POLL)
     module.exit_json(
-        changed=acting, waited=round(time.monotonic() - started, 1), units=units, stopped=stopped, unlinked=unlinked
+        changed=acting,
+        waited=round(time.monotonic() - started, 1),
+        units=units,
+        enabled=to_enable,
+        stopped=stopped,
+        unlinked=unlinked,
     )
 
 

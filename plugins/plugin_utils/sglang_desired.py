@@ -18,7 +18,7 @@ from ansible_collections.dsv4.sglang.plugins.filter.sglang_services import route
 
 ROLES = ("runtime", "genconfig", "services")
 # What the rollout needs to know of each service: its group, what it starts from, where it says it is up.
-UNIT_KEYS = ("name", "group", "inputs", "health_url")
+UNIT_KEYS = ("name", "group", "mode", "port", "inputs", "health_url")
 # Files of the model directory the plan checks are there: the router loads its tokenizer from there, not the Hub.
 MODEL_FILES = ["config.json", "tokenizer.json"]
 

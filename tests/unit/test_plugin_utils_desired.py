@@ -109,7 +109,7 @@ def test_releases_leave_their_lock_text_and_carry_their_size():
 def test_the_gpu_check_counts_the_topologys_gpus_on_real_hosts_only(check_gpus, gpus):
     doc = document(services=services(check_gpus=check_gpus))
     assert doc["checks"] == {"gpus": gpus, "gpus_variable": "sglang_services_topology"}
-    assert doc["units"][0].keys() == {"name", "group", "inputs", "health_url"}
+    assert doc["units"][0].keys() == {"name", "group", "mode", "port", "inputs", "health_url"}
     assert doc["router_url"].startswith("http://127.0.0.1:")
     assert document(services=services(router_tls=True))["router_url"].startswith("https://")
 

@@ -96,7 +96,7 @@ def test_an_unreadable_lock_is_reported_in_bounded_time_and_cleared_only_by_a_li
 
 def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, cases):
     evicted_case, case = cases(), cases()
-    fence = "Check that this run still holds the lock, and renew its lease#3"  # before the generation_config write
+    fence = "Merge the sampling defaults into generation_config.json"  # its module checks the lock before writing
     evicted = subprocess.Popen(
         [*deploy_argv(), "-e", json.dumps(change(evicted_case))],
         cwd=ROOT,

@@ -1,17 +1,14 @@
-"""The snapshot helper (roles/sglang_common/files/sglang_snapshot.py): byte for byte back, never through a link."""
+"""The snapshot (plugins/module_utils/sglang_snapshot.py): byte for byte back, never through a link."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-SPEC = importlib.util.spec_from_file_location("sglang_snapshot", Path(__file__).parents[1] / "files/sglang_snapshot.py")
-snapshot = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(snapshot)
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_snapshot as snapshot
 
 
 @pytest.fixture
@@ -64,11 +61,11 @@ def test_save_refuses_a_link_or_a_fifo(files, tmp_path):
     config, _absent, snap = files
     config.unlink()
     config.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(SystemExit, match="symbolic link"):
+    with pytest.raises(snapshot.SnapshotError, match="symbolic link"):
         snapshot.save(snap, [str(config)])
     config.unlink()
     os.mkfifo(config)
-    with pytest.raises(SystemExit, match="not a regular file"):
+    with pytest.raises(snapshot.SnapshotError, match="not a regular file"):
         snapshot.save(snap, [str(config)])
 
 

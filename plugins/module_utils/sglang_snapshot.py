@@ -1,18 +1,14 @@
-"""Snapshot managed files before a rollout and put them back on rollback.
+"""Snapshot managed files before a rollout and put them back on rollback (module sglang_snapshot).
 
-    sglang_snapshot.py save SNAPSHOT_DIR [--keep N] FILE...   copy each FILE (noting the ones that do not exist);
-                                                             keep the N newest snapshots beside it
-    sglang_snapshot.py restore SNAPSHOT_DIR                    put them back; files that did not exist are removed
+`save(SNAPSHOT_DIR, FILES)` copies each file (noting the ones that do not exist), `prune` keeps the newest
+snapshots beside it, `restore(SNAPSHOT_DIR)` puts them back and removes the files that did not exist.
 
 Each run saves into its own SNAPSHOT_DIR (named after the run), so a rollback only ever restores the
 snapshot of the run that rolls back, never another run's. Snapshots hold credentials: folders are 0700.
 Files are read without following links or blocking on FIFOs, and put back through a random name created with
 O_EXCL in the same folder, then renamed: root never writes through a link someone planted. After a restore
 every file is compared with the snapshot byte for byte, and by mode, owner and group; a difference left makes the
-restore fail.
-
-Prints one JSON object: {"restored": [...], "removed": [...]} (restore) or {"saved": [...], "missing": [...]}.
-Run on the host by Ansible's script module; standard library only.
+restore fail (SnapshotError). Standard library only.
 """
 
 from __future__ import annotations
@@ -23,11 +19,14 @@ import json
 import os
 import shutil
 import stat
-import sys
 import tempfile
 from pathlib import Path
 
 MANIFEST = "manifest.json"
+
+
+class SnapshotError(Exception):
+    """A file that cannot be saved or put back safely, or a restore that left a difference."""
 
 
 def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
@@ -38,14 +37,14 @@ def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
         return None
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise SystemExit(
-                f"sglang_snapshot.py: {path} is a symbolic link; refusing to snapshot through it"
+            raise SnapshotError(
+                f"{path} is a symbolic link; refusing to snapshot through it"
             ) from None
         raise
     try:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
-            raise SystemExit(f"sglang_snapshot.py: {path} is not a regular file ({stat.filemode(info.st_mode)})")
+            raise SnapshotError(f"{path} is not a regular file ({stat.filemode(info.st_mode)})")
         chunks = []
         while chunk := os.read(handle, 1 << 20):
             chunks.append(chunk)
@@ -120,7 +119,7 @@ def restore(snapshot: Path) -> dict[str, list[str]]:
         data, current = kept.read_bytes(), Path(name)
         try:
             now = _read(current)
-        except SystemExit:
+        except SnapshotError:
             now = None  # a link or a FIFO planted at the path: replaced by the rename, never written through
         info = kept.stat()
         if now is not None and now[0] == data and _same_status(now[1], info):
@@ -140,27 +139,7 @@ def restore(snapshot: Path) -> dict[str, list[str]]:
             differ.append(n)
     differ += [n for n in manifest["missing"] if os.path.lexists(n)]
     if differ:
-        raise SystemExit(
-            f"sglang_snapshot.py: after the restore these still differ from the snapshot: {', '.join(differ)}"
+        raise SnapshotError(
+            f"after the restore these still differ from the snapshot: {', '.join(differ)}"
         )
     return {"restored": restored, "removed": removed}
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) >= 2 and argv[0] == "save":
-        keep, files = 5, argv[2:]
-        if files[:1] == ["--keep"]:
-            keep, files = int(files[1]), files[2:]
-        result = save(Path(argv[1]), files)
-        result["pruned"] = prune(Path(argv[1]), keep)
-    elif len(argv) == 2 and argv[0] == "restore":
-        result = restore(Path(argv[1]))
-    else:
-        print(__doc__, file=sys.stderr)
-        return 2
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
