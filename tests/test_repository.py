@@ -61,10 +61,22 @@ def test_production_keeps_host_key_checking():
     assert "host_key_checking" not in (ROOT / "ansible.cfg").read_text()
 
 
-def test_lab_standin_is_refused_against_production_before_any_connection():
-    out = run("ansible-playbook", "-i", "inventories/production", "deploy.yml", "-e", "sglang_runtime_kind=lab_standin")
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"sglang_runtime_kind": "lab_standin"}, "sglang_runtime_kind=lab_standin"),
+        # The label says sglang, what would run is the stand-in: the gate judges what runs.
+        (
+            {"sglang_runtime_server_entry": ["/opt/sglang-lab/sglang_lab_standin.py", "server"]},
+            'sglang_runtime_server_entry=["/opt/sglang-lab/sglang_lab_standin.py", "server"] is not the release\'s own',
+        ),
+    ],
+    ids=["kind", "entry"],
+)
+def test_lab_standin_is_refused_against_production_before_any_connection(settings, named):
+    out = run("ansible-playbook", "-i", "inventories/production", "deploy.yml", "-e", json.dumps(settings))
     assert out.returncode != 0
-    assert "sglang_runtime_kind=lab_standin is a lab tool and is refused here" in out.stdout
+    assert named in out.stdout and ": a lab tool, refused here" in out.stdout, out.stdout[-3000:]
     assert "sglang_runtime_environment is 'production'" in out.stdout
     assert "UNREACHABLE" not in out.stdout
 
