@@ -372,7 +372,7 @@ drain) and then to servers that are loading. One run each; the outcome is what t
 
 def breakdown(samples: dict, changes: list[int]) -> str:
     """Where a sampling change's wall time goes: by play (the apply by role) and the slowest tasks, medians."""
-    sections = []
+    sections, overheads = [], []
     for n in changes:
         runs = [s for s in samples[f"sampling change, {n} host(s)"] if s.get("tasks")]
         if not runs:
@@ -397,6 +397,7 @@ def breakdown(samples: dict, changes: list[int]) -> str:
             for key, values in by_task.items():
                 tasks.setdefault(key, []).append((sum(values), len(values)))
         total = statistics.median(s["seconds"] for s in runs)
+        overheads.append(overhead(n, runs))
         rows = [f"| where (N = {n}) | median seconds | share |", "|---|---:|---:|"]
         for group, values in sorted(groups.items(), key=lambda item: -statistics.median(item[1])):
             seconds = statistics.median(values)
@@ -413,7 +414,58 @@ def breakdown(samples: dict, changes: list[int]) -> str:
             f"{chr(10).join(rows)}\n\n{chr(10).join(top)}\n\n"
             f"{statistics.median(counts):g} tasks ran (median; a task of a loop or on several hosts counts once)."
         )
+    if overheads:
+        sections.insert(0, overhead_table(overheads))
     return "\n\n".join(sections)
+
+
+# The goals of the batch's overhead (issue 27), by batch size.
+OVERHEAD_GOALS = {1: 3.0, 4: 5.0}
+
+
+def overhead(n: int, runs: list[dict]) -> dict:
+    """One batch's wall time (the apply play, from its first task to its last) and what of it is the services' own
+    waits (drain notice and in-flight wait, start to ready, return notice, as the modules report them): the rest is
+    the collection's overhead. The plan and ansible-playbook's start-up are per run, reported apart."""
+    batch, waits, plan, startup = [], [], [], []
+    for sample in runs:
+        apply = [row for row in sample["tasks"] if row["play"].startswith("Apply")]
+        batch.append(sum(row["seconds"] for row in apply))
+        waits.append(sum(row.get("service_wait", 0.0) for row in apply))
+        plan.append(sum(row["seconds"] for row in sample["tasks"] if not row["play"].startswith("Apply")))
+        startup.append(sample["seconds"] - sum(row["seconds"] for row in sample["tasks"]))
+    over = [b - w for b, w in zip(batch, waits)]
+    return {
+        "n": n,
+        "batch": statistics.median(batch),
+        "waits": statistics.median(waits),
+        "overhead": statistics.median(over),
+        "plan": statistics.median(plan),
+        "startup": statistics.median(startup),
+        "runs": len(runs),
+    }
+
+
+def overhead_table(rows: list[dict]) -> str:
+    lines = [
+        "### The batch's overhead",
+        "",
+        "A batch's wall time is its apply play, from its first task to its last; the services' own waits are what the",
+        "drain, the restart and the undrain modules report waiting for the services (the drain notice and the in-flight",
+        "wait, start to ready, the return notice); the overhead is the rest. The plan (and the build and verify plays)",
+        "and ansible-playbook's start-up are per run, shown apart. Medians over the runs.",
+        "",
+        "| batch of N | batch wall time | services' own waits | overhead | goal | plan and other plays | start-up |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        goal = OVERHEAD_GOALS.get(row["n"])
+        verdict = "" if goal is None else (f"at most {goal:g} s (met)" if row["overhead"] <= goal else f"at most {goal:g} s (NOT met)")
+        lines.append(
+            f"| {row['n']} | {row['batch']:.1f} s | {row['waits']:.1f} s | {row['overhead']:.1f} s | {verdict}"
+            f" | {row['plan']:.1f} s | {row['startup']:.1f} s |"
+        )
+    return "\n".join(lines)
 
 
 def projection(intercept: float, per_host: float, hosts: int) -> str:

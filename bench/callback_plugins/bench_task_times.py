@@ -2,8 +2,10 @@
 
 Enabled by bench.py alone (ANSIBLE_CALLBACK_PLUGINS=bench/callback_plugins, ANSIBLE_CALLBACKS_ENABLED=
 bench_task_times); it writes one JSON line per task, play start or handler to the file named by
-BENCH_TASK_TIMES: {"play", "role", "task", "seconds"}, where seconds is the wall time from the task's start to
-the next one's (under the linear strategy, the time every host of the batch waited for it).
+BENCH_TASK_TIMES: {"play", "role", "task", "seconds", "service_wait"}, where seconds is the wall time from the task's
+start to the next one's (under the linear strategy, the time every host of the batch waited for it) and service_wait,
+for the drain, the undrain and the restart, the longest the module itself reported waiting for the services on any
+host of the batch (the drain's notice and in-flight wait, the start-to-ready wait, the return notice).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ description:
 requirements:
   - enabled in ANSIBLE_CALLBACKS_ENABLED
 """
+
+
+# The modules that wait for the services, and the field in which each reports how long it waited.
+WAITING = {"sglang_drain": "seconds", "sglang_service_restart": "waited"}
 
 
 class CallbackModule(CallbackBase):
@@ -57,6 +63,12 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_handler_task_start(self, task) -> None:
         self.v2_playbook_on_task_start(task, False)
+
+    def v2_runner_on_ok(self, result) -> None:
+        if self._current is None or result._task.action.rsplit(".", 1)[-1] not in WAITING:
+            return
+        reported = result._result.get(WAITING[result._task.action.rsplit(".", 1)[-1]]) or 0.0
+        self._current["service_wait"] = max(self._current.get("service_wait", 0.0), float(reported))
 
     def v2_playbook_on_stats(self, stats) -> None:
         self._close()
