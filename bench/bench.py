@@ -434,7 +434,7 @@ def overhead(n: int, runs: list[dict]) -> dict:
         waits.append(sum(row.get("service_wait", 0.0) for row in apply))
         plan.append(sum(row["seconds"] for row in sample["tasks"] if not row["play"].startswith("Apply")))
         startup.append(sample["seconds"] - sum(row["seconds"] for row in sample["tasks"]))
-    over = [b - w for b, w in zip(batch, waits)]
+    over = [b - w for b, w in zip(batch, waits, strict=True)]
     return {
         "n": n,
         "batch": statistics.median(batch),
@@ -450,17 +450,21 @@ def overhead_table(rows: list[dict]) -> str:
     lines = [
         "### The batch's overhead",
         "",
-        "A batch's wall time is its apply play, from its first task to its last; the services' own waits are what the",
-        "drain, the restart and the undrain modules report waiting for the services (the drain notice and the in-flight",
-        "wait, start to ready, the return notice); the overhead is the rest. The plan (and the build and verify plays)",
-        "and ansible-playbook's start-up are per run, shown apart. Medians over the runs.",
+        "A batch's wall time is its apply play, from its first task to its last; the services' own waits are what",
+        "the drain, the restart and the undrain modules report waiting for the services (the drain notice and the",
+        "in-flight wait, start to ready, the return notice); the overhead is the rest. The plan (and the build and",
+        "verify plays) and ansible-playbook's start-up are per run, shown apart. Medians over the runs.",
         "",
         "| batch of N | batch wall time | services' own waits | overhead | goal | plan and other plays | start-up |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         goal = OVERHEAD_GOALS.get(row["n"])
-        verdict = "" if goal is None else (f"at most {goal:g} s (met)" if row["overhead"] <= goal else f"at most {goal:g} s (NOT met)")
+        verdict = (
+            ""
+            if goal is None
+            else (f"at most {goal:g} s (met)" if row["overhead"] <= goal else f"at most {goal:g} s (NOT met)")
+        )
         lines.append(
             f"| {row['n']} | {row['batch']:.1f} s | {row['waits']:.1f} s | {row['overhead']:.1f} s | {verdict}"
             f" | {row['plan']:.1f} s | {row['startup']:.1f} s |"

@@ -110,7 +110,7 @@ def test_ansible_doc_renders_each_role(role):
 
 
 def test_unit_template_carries_the_managed_header():
-    for template in (ROOT / "roles/sglang_services/templates").glob("*.j2"):
+    for template in (ROOT / "host/templates").glob("*.j2"):
         assert template.read_text().startswith("{{ ansible_managed | comment }}"), template
 
 
@@ -120,7 +120,7 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
     tarball = next(tmp_path.glob("dsv4-sglang-*.tar.gz"))
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
-    assert "roles/sglang_services/templates/sglang-dsv4.service.j2" in names
+    assert "host/templates/sglang-dsv4.service.j2" in names
     assert not any(n.startswith((".venv", ".git/")) for n in names)
     installed = run(
         "ansible-galaxy", "collection", "install", "--force", str(tarball), "-p", str(tmp_path / "collections")
@@ -325,7 +325,14 @@ def test_every_role_variable_has_a_bad_input_case():
         assert not missing, f"{role}: no case in tests/bad_inputs.yml for {sorted(missing)}"
 
 
-PRODUCTION_ROLES = ["sglang_common", "sglang_runtime", "sglang_genconfig", "sglang_services", "sglang_verify", "sglang_monitoring"]
+PRODUCTION_ROLES = [
+    "sglang_common",
+    "sglang_runtime",
+    "sglang_genconfig",
+    "sglang_services",
+    "sglang_verify",
+    "sglang_monitoring",
+]
 # A private fact of a role (_ROLE_x, __ROLE_x), or anything of the orchestrator (sglang_rollout_x: its plan, lock
 # and decisions), named in a task, a variable, a handler or a template.
 FOREIGN = re.compile(r"(?<![\w.])(?:_{1,2}sglang_(?P<role>[a-z]+)_\w+|sglang_rollout_\w+)")

@@ -1,6 +1,6 @@
 """The action behind dsv4.sglang.sglang_desired_state: the host's one desired-state document, on the controller.
 
-It renders the services' templates (roles/sglang_services/templates) through Ansible's own template lookup, so
+It renders the collection's templates of the files a host runs from (host/templates) through Ansible's own template lookup, so
 that a unit is the same text a template task would write, and hands everything to the one function that builds
 the document (plugins/plugin_utils/sglang_desired.py). It never connects to the host. The base of a role used on its
 own is the fact sglang_desired the previous call's task kept.
@@ -16,7 +16,7 @@ from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_desired import ROLES, desired_state
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "roles/sglang_services/templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "host/templates"
 FACT = "sglang_desired"
 
 

@@ -2,7 +2,7 @@
 
 Each row: the option, its aliases in the real parser, the variable that owns what it sets, and how it is rendered
 from a service's settings (the words after the option; None: not rendered here; []: a switch). The same rows
-render the command lines (filter/sglang_services.py), refuse `extra_flags` and `sglang_services_server_flags` that
+render the command lines (plugin_utils/sglang_units.py), refuse `extra_flags` and `sglang_services_server_flags` that
 would set one of them (module_utils/sglang_inputs.py, with argparse's abbreviations), and are held to the real
 parsers, aliases included, by tests/contract (sglang 0.5.23 `ServerArgs.add_cli_args`, sglang-router 0.3.2
 `RouterArgs.add_cli_args`).

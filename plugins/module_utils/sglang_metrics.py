@@ -15,7 +15,7 @@ import time
 
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load, read_status
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import load, read_status  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
@@ -25,7 +25,7 @@ try:  # in a module (Ansiballz) and on the controller
         is_number,
         startup_defaults,
     )
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_sampling_defaults import SAMPLING_KEYS, defaults_missing, in_sync, is_number, startup_defaults  # type: ignore[no-redef]
 
 

@@ -22,11 +22,11 @@ try:  # in a module (Ansiballz) and on the controller
         read_regular,
         write_atomic,
     )
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import UnsafeFileError, file_digest, load, read_regular, write_atomic  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_sampling_defaults import sampling_of  # type: ignore[no-redef]
 
 
@@ -136,3 +136,50 @@ def runs_from_disk(record_path: str, invocation: str) -> bool:
     if not isinstance(inputs, dict):
         return False
     return entry.get("digest") == inputs_digest({path: input_digest(path) for path in inputs})
+
+
+def run_record(path: str) -> dict | None:
+    """A service's start record (root-only, under /run), or None when absent or not a small regular file."""
+    try:
+        raw = read_regular(path, limit=1 << 20)
+        entry = json.loads(raw) if raw else None
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+# How many changed distributions a restart reason names before it says "and N more".
+MOVED_SHOWN = 6
+
+
+def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[str]:
+    """The inputs whose content differs from the service's start record; for a runtime, which distributions."""
+    if not record:
+        return []
+    started = record.get("inputs") or {}
+    changed = []
+    for path in unit["inputs"]:
+        if started.get(path, "absent") == current[path]:
+            continue
+        if path.startswith(DISTRIBUTIONS):
+            venv = path[len(DISTRIBUTIONS) :]
+            runtimes = record.get("runtime") or {}
+            # Another release in place of the one it started from: compare the two.
+            was = venv if venv in runtimes or len(runtimes) != 1 else next(iter(runtimes))
+            before = runtimes.get(was) or {}
+            now = distributions(venv)
+            moved = [
+                f"{name} {before.get(name, '-')} -> {now.get(name, '-')}"
+                for name in sorted(set(before) | set(now))
+                if before.get(name) != now.get(name)
+            ]
+            if len(moved) > MOVED_SHOWN:
+                moved = [*moved[:MOVED_SHOWN], f"and {len(moved) - MOVED_SHOWN} more"]
+            if was == venv:
+                changed.append(f"runtime {venv} ({', '.join(moved) or 'changed'})")
+            else:
+                what = ", ".join(moved) if now else "not built yet"
+                changed.append(f"runtime release {os.path.basename(was)} -> {os.path.basename(venv)} ({what})")
+        else:
+            changed.append(path)
+    return changed

@@ -1,7 +1,7 @@
 """Keys out of what a run prints and what a service logs: part of the helper set (roles/sglang_common's layout).
 
 The restart module masks the journal lines a failure message quotes; the services' launcher
-(roles/sglang_common/files/sglang_with_secret.py, installed beside the helper set) masks every log record of the
+(host/programs/sglang_with_secret.py, installed beside the helper set) masks every log record of the
 process it starts.
 
 Two nets: the values of the keys themselves (read on the host from the credential files the services load), and
@@ -17,7 +17,7 @@ import re
 
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, host/programs)
     from sglang_files import read_regular  # type: ignore[no-redef]
 
 MASK = "<redacted>"

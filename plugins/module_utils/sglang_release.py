@@ -7,7 +7,8 @@ without one is an unfinished build. The units run RELEASE/bin/python, so a new r
 rollback that restores the unit runs the old release again, which pruning always keeps.
 
 Shared by the controller (the lock's checks and the release id, filter sglang_release) and the hosts (the
-build, the plan's read and pruning: modules sglang_release and sglang_host_state).
+build and pruning, module sglang_release; the plan's read of the releases and of the room for a new one,
+`read_releases` and `releases_found`, module sglang_host_state).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import stat
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import distributions
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import DISTRIBUTIONS, distributions
 
 MANIFEST = "sglang-release.json"
 LOCK = "sglang-release.lock"
@@ -171,3 +172,71 @@ def prunable(releases: dict[str, dict[str, Any]], keep: int, protected: set[str]
     others = [rid for rid in newest_first if rid not in protected]
     room = max(keep - len(kept), 0)
     return sorted(others[room:])
+
+
+# What the plan reads of the releases on a host (module sglang_host_state).
+def read_releases(
+    releases: list[dict], records: dict[str, dict | None], groups: dict[str, str]
+) -> tuple[list[dict], list[str]]:
+    """Each desired release as the host has it (built, changed by hand since, what each group runs now), and
+    the errors that stop the plan: drift, an unsafe releases folder, no room for the releases to build."""
+    out, errors, need = [], [], 0
+    for release in releases:
+        path, group = release["path"], release["group"]
+        directory = os.path.dirname(path)
+        for folder in (os.path.dirname(directory), directory):
+            why = unsafe_dir(folder)
+            if why and f"{folder} {why}" not in " ".join(errors):
+                errors.append(
+                    f"sglang_runtime_releases_dir: {folder} {why}; root builds releases only in a folder that is"
+                    " root's alone"
+                )
+        manifest = read_manifest(path)
+        if manifest:
+            moved = drift(manifest.get("packages") or {}, installed(path))
+            if moved:
+                errors.append(
+                    f"release {path} ({group}) was changed by hand after its build: {'; '.join(moved)}. The plan stops:"
+                    f" put it back (pip install --require-hashes -r {path}/sglang-release.lock) or remove the folder"
+                    " once nothing runs from it, and run again"
+                )
+        else:
+            need += int(release.get("size_mb") or 0) << 20
+        running = sorted(
+            {
+                os.path.basename(spec[len(DISTRIBUTIONS) :].rstrip("/"))
+                for name, record in records.items()
+                if record and groups.get(name) == group
+                for spec in record.get("inputs") or {}
+                if spec.startswith(DISTRIBUTIONS)
+                and os.path.dirname(spec[len(DISTRIBUTIONS) :].rstrip("/")) == directory
+            }
+        )
+        out.append(
+            {
+                "group": group,
+                "id": release["id"],
+                "describe": release.get("describe") or describe(release.get("pins") or {}),
+                "ready": manifest is not None,
+                "running": running,
+                "running_describe": [
+                    describe((read_manifest(os.path.join(directory, rid)) or {}).get("packages") or {})
+                    for rid in running
+                ],
+            }
+        )
+    if need and releases:
+        free = free_bytes(os.path.dirname(releases[0]["path"]))
+        if free < need:
+            errors.append(
+                f"sglang_runtime_releases_dir: {os.path.dirname(releases[0]['path'])} has {free >> 20} MB free, the"
+                f" releases to build need {need >> 20} MB (sglang_runtime_release_size_mb): free room or prune by hand"
+            )
+    return out, errors
+
+
+def releases_found(releases: list[dict]) -> int:
+    """How many finished releases the folders of the desired ones hold: at most sglang_runtime_releases_keep
+    leaves the prune nothing to remove (module_utils/sglang_release.py, prunable)."""
+    folders = {os.path.dirname(release["path"]) for release in releases}
+    return len({os.path.join(folder, rid) for folder in folders for rid in releases_in(folder)})

@@ -25,7 +25,7 @@ from typing import Any
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import runs_from_disk
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import read_regular, write_atomic  # type: ignore[no-redef]
     from sglang_records import runs_from_disk  # type: ignore[no-redef]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load, write_atomic
-except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import load, write_atomic  # type: ignore[no-redef]
 
 

@@ -37,9 +37,7 @@ def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
         return None
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise SnapshotError(
-                f"{path} is a symbolic link; refusing to snapshot through it"
-            ) from None
+            raise SnapshotError(f"{path} is a symbolic link; refusing to snapshot through it") from None
         raise
     try:
         info = os.fstat(handle)
@@ -139,7 +137,5 @@ def restore(snapshot: Path) -> dict[str, list[str]]:
             differ.append(n)
     differ += [n for n in manifest["missing"] if os.path.lexists(n)]
     if differ:
-        raise SnapshotError(
-            f"after the restore these still differ from the snapshot: {', '.join(differ)}"
-        )
+        raise SnapshotError(f"after the restore these still differ from the snapshot: {', '.join(differ)}")
     return {"restored": restored, "removed": removed}

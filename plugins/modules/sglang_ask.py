@@ -79,33 +79,24 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_probe
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import startup_defaults
 
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
 MAX_PARALLEL = 16
 
 
 def server_mode(module: AnsibleModule, server: dict) -> str | None:
-    url = str(server["health_url"]).removesuffix("/health") + "/server_info"
-    status, message, body = call(url, key=module.params["api_key"], timeout=module.params["timeout"])
-    if status != 200:
-        module.fail_json(msg=f"{server['name']}: {url} answered {status} ({message})")
-    try:
-        return json.loads(body).get("sampling_defaults")
-    except (ValueError, AttributeError):
-        module.fail_json(msg=f"{server['name']}: {url} did not answer a JSON object")
+    """The server's own answer: /server_info's sampling_defaults (module_utils/sglang_probe.py)."""
+    mode, why = sglang_probe.sampling_mode(server["health_url"], module.params["api_key"])
+    if why:
+        module.fail_json(msg=f"{server['name']}: {why}")
+    return mode
 
 
 def logged_defaults(module: AnsibleModule, unit: str) -> dict | None:
     """The defaults the unit's current invocation logged at its start (its journal, this invocation only)."""
-    _unused, invocation, _unused2 = module.run_command(["systemctl", "show", "-P", "InvocationID", f"{unit}.service"])
-    if not invocation.strip():
-        return None
-    _unused, journal, _unused2 = module.run_command(
-        ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation.strip()}"]
-    )
-    return startup_defaults("\n".join(line for line in journal.splitlines() if "Using default chat sampling" in line))
+    return sglang_probe.logged_defaults(module.run_command, sglang_probe.current_invocation(module.run_command, unit))
 
 
 def chat_body(question, model: str, max_tokens: int) -> dict:

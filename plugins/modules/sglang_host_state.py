@@ -148,13 +148,12 @@ generation_config_sampling:
 """
 
 import hashlib
-import json
 import os
 import pwd
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_probe
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import CommandError, systemd_units
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     KEYED,
     UnsafeFileError,
@@ -163,68 +162,22 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     load,
     read_regular,
 )
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_host_checks import check_errors
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
-    DISTRIBUTIONS,
-    distributions,
+    changed_since_start,
     input_digest,
     inputs_digest,
+    run_record,
 )
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import (
-    describe,
-    drift,
-    free_bytes,
-    installed,
-    read_manifest,
-    releases_in,
-    unsafe_dir,
-)
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import read_releases, releases_found
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     defaults_missing,
     merge,
     render,
     sampling_of,
-    startup_defaults,
 )
-
-PROPERTIES = (
-    "Id",
-    "ActiveState",
-    "SubState",
-    "InvocationID",
-    "MainPID",
-    "NeedDaemonReload",
-    "UnitFileState",
-    "LoadState",
-)
-
-
-# Every host command of the plan is bounded: one wedged host fails its own plan in seconds, naming the command,
-# instead of stalling the fleet's plan.
-COMMAND_TIMEOUT = 15
-
-
-def bounded(module: AnsibleModule, argv: list[str], seconds: int | None = None) -> tuple[int, str, str]:
-    """run_command under coreutils' timeout; rc 124 means the command did not answer in time."""
-    seconds = seconds or COMMAND_TIMEOUT
-    rc, out, err = module.run_command(["timeout", "--kill-after=2", str(seconds), *argv])
-    if rc in (124, 137):
-        err = f"{argv[0]} did not answer within {seconds} s"
-    return rc, out, err
-
-
-def systemd_units(module: AnsibleModule, names: list[str]) -> dict[str, dict[str, str]]:
-    """One `systemctl show` for every unit."""
-    argv = ["systemctl", "show", *names, *(f"--property={p}" for p in PROPERTIES)]
-    rc, out, err = bounded(module, argv)
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show failed: {err.strip()}")
-    units: dict[str, dict[str, str]] = {}
-    for block in out.strip().split("\n\n"):
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        units[props.get("Id", "")] = props
-    return units
 
 
 def file_changes(module: AnsibleModule, files: list[dict], diffs: list[dict]) -> tuple[list[str], dict[str, str]]:
@@ -273,198 +226,26 @@ def generation_config_change(
 
 
 def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected: dict, api_key: str) -> dict:
+    """Each group's failures of the light proof: every unit answers its health URL; each server says it runs with
+    the model's sampling defaults and its current start logged the expected ones (module_utils/sglang_probe.py)."""
     failures: dict[str, list[str]] = {"servers": [], "router": []}
     for unit in units:
         name, group = unit["name"], unit["group"]
-        status, _message, _body = call(unit["health_url"], timeout=5)
+        status, _message, _body = call(unit["health_url"], timeout=sglang_probe.PROBE_TIMEOUT)
         if status != 200:
             failures[group].append(f"{name}: {unit['health_url']} answered {status or 'nothing'}")
             continue
         if group != "servers":
             continue
-        status, _message, body = call(unit["health_url"].rsplit("/", 1)[0] + "/server_info", key=api_key, timeout=5)
-        mode = json.loads(body or b"{}").get("sampling_defaults") if status == 200 else None
+        mode, why = sglang_probe.sampling_mode(unit["health_url"], api_key)
         if mode != "model":
-            failures[group].append(f"{name}: /server_info says sampling_defaults={mode} (status {status})")
+            failures[group].append(f"{name}: /server_info says sampling_defaults={mode}" + (f" ({why})" if why else ""))
             continue
-        invocation = state[name].get("invocation")
-        rc, journal, _unused = bounded(
-            module, ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"]
-        )
-        logged = startup_defaults(journal) if rc == 0 and invocation else None
+        logged = sglang_probe.logged_defaults(module.run_command, state[name].get("invocation"))
         missing = defaults_missing(expected, logged)
         if logged is None or missing:
             failures[group].append(f"{name}: its current start logged {logged}, expected {expected}")
     return failures
-
-
-def check_errors(module: AnsibleModule, checks: dict) -> list[str]:
-    errors = []
-    model_path = checks.get("model_path")
-    if model_path:
-        # Root writes generation_config.json there (merge, heal, rollback): nobody else may plant files in it.
-        writers = list(checks.get("writers") or [])
-        for path, follow in ((model_path, True), (os.path.join(model_path, "generation_config.json"), False)):
-            why = foreign_writers(os.path.realpath(path) if follow else path, writers)
-            if why:
-                errors.append(
-                    f"sglang_common_model_path: {path} {why}; only root and {', '.join(writers) or 'root'} may write"
-                    " the model directory and generation_config.json (chown root and chmod go-w)"
-                )
-    for name in checks.get("model_files") or []:
-        if model_path and not os.path.isfile(os.path.join(model_path, name)):
-            errors.append(f"sglang_common_model_path={model_path} does not hold {name}: put the model there first")
-    gpus = int(checks.get("gpus") or 0)
-    if gpus:
-        rc, out, err = bounded(module, ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
-        found = len(out.split()) if rc == 0 else 0
-        if rc in (124, 137):
-            errors.append(f"{err} (sglang_services_check_gpu_count): the driver is wedged or the GPUs are hung")
-        elif found != gpus:
-            errors.append(
-                f"sglang_services_topology uses {gpus} GPUs but nvidia-smi reports {found} (rc {rc});"
-                " set sglang_services_check_gpu_count=false only for a host without NVIDIA tools"
-            )
-    return errors
-
-
-def foreign_writers(path: str, users: list[str]) -> str | None:
-    """Why an account other than root and the service users could write path (or plant a file in it), or None."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    allowed_uids, allowed_gids = {0}, {0}
-    for user in users:
-        try:
-            entry = pwd.getpwnam(user)
-        except KeyError:
-            continue
-        allowed_uids.add(entry.pw_uid)
-        allowed_gids.add(entry.pw_gid)
-    if stat.S_ISLNK(info.st_mode):
-        return "is a symbolic link"
-    if info.st_uid not in allowed_uids:
-        return f"is owned by uid {info.st_uid}"
-    if info.st_mode & stat.S_IWOTH:
-        return "is writable by every account"
-    if info.st_mode & stat.S_IWGRP and info.st_gid not in allowed_gids:
-        return f"is writable by group gid {info.st_gid}"
-    return None
-
-
-def read_releases(
-    releases: list[dict], records: dict[str, dict | None], groups: dict[str, str]
-) -> tuple[list[dict], list[str]]:
-    """Each desired release as the host has it (built, changed by hand since, what each group runs now), and
-    the errors that stop the plan: drift, an unsafe releases folder, no room for the releases to build."""
-    out, errors, need = [], [], 0
-    for release in releases:
-        path, group = release["path"], release["group"]
-        directory = os.path.dirname(path)
-        for folder in (os.path.dirname(directory), directory):
-            why = unsafe_dir(folder)
-            if why and f"{folder} {why}" not in " ".join(errors):
-                errors.append(
-                    f"sglang_runtime_releases_dir: {folder} {why}; root builds releases only in a folder that is"
-                    " root's alone"
-                )
-        manifest = read_manifest(path)
-        if manifest:
-            moved = drift(manifest.get("packages") or {}, installed(path))
-            if moved:
-                errors.append(
-                    f"release {path} ({group}) was changed by hand after its build: {'; '.join(moved)}. The plan stops:"
-                    f" put it back (pip install --require-hashes -r {path}/sglang-release.lock) or remove the folder"
-                    " once nothing runs from it, and run again"
-                )
-        else:
-            need += int(release.get("size_mb") or 0) << 20
-        running = sorted(
-            {
-                os.path.basename(spec[len(DISTRIBUTIONS) :].rstrip("/"))
-                for name, record in records.items()
-                if record and groups.get(name) == group
-                for spec in record.get("inputs") or {}
-                if spec.startswith(DISTRIBUTIONS)
-                and os.path.dirname(spec[len(DISTRIBUTIONS) :].rstrip("/")) == directory
-            }
-        )
-        out.append(
-            {
-                "group": group,
-                "id": release["id"],
-                "describe": release.get("describe") or describe(release.get("pins") or {}),
-                "ready": manifest is not None,
-                "running": running,
-                "running_describe": [
-                    describe((read_manifest(os.path.join(directory, rid)) or {}).get("packages") or {})
-                    for rid in running
-                ],
-            }
-        )
-    if need and releases:
-        free = free_bytes(os.path.dirname(releases[0]["path"]))
-        if free < need:
-            errors.append(
-                f"sglang_runtime_releases_dir: {os.path.dirname(releases[0]['path'])} has {free >> 20} MB free, the"
-                f" releases to build need {need >> 20} MB (sglang_runtime_release_size_mb): free room or prune by hand"
-            )
-    return out, errors
-
-
-def run_record(path: str) -> dict | None:
-    """A service's start record (root-only, under /run), or None when absent or not a small regular file."""
-    try:
-        raw = read_regular(path, limit=1 << 20)
-        entry = json.loads(raw) if raw else None
-    except (OSError, ValueError):
-        return None
-    return entry if isinstance(entry, dict) else None
-
-
-# How many changed distributions a restart reason names before it says "and N more".
-MOVED_SHOWN = 6
-
-
-def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[str]:
-    """The inputs whose content differs from the service's start record; for a runtime, which distributions."""
-    if not record:
-        return []
-    started = record.get("inputs") or {}
-    changed = []
-    for path in unit["inputs"]:
-        if started.get(path, "absent") == current[path]:
-            continue
-        if path.startswith(DISTRIBUTIONS):
-            venv = path[len(DISTRIBUTIONS) :]
-            runtimes = record.get("runtime") or {}
-            # Another release in place of the one it started from: compare the two.
-            was = venv if venv in runtimes or len(runtimes) != 1 else next(iter(runtimes))
-            before = runtimes.get(was) or {}
-            now = distributions(venv)
-            moved = [
-                f"{name} {before.get(name, '-')} -> {now.get(name, '-')}"
-                for name in sorted(set(before) | set(now))
-                if before.get(name) != now.get(name)
-            ]
-            if len(moved) > MOVED_SHOWN:
-                moved = [*moved[:MOVED_SHOWN], f"and {len(moved) - MOVED_SHOWN} more"]
-            if was == venv:
-                changed.append(f"runtime {venv} ({', '.join(moved) or 'changed'})")
-            else:
-                what = ", ".join(moved) if now else "not built yet"
-                changed.append(f"runtime release {os.path.basename(was)} -> {os.path.basename(venv)} ({what})")
-        else:
-            changed.append(path)
-    return changed
-
-
-def releases_found(releases: list[dict]) -> int:
-    """How many finished releases the folders of the desired ones hold: at most sglang_runtime_releases_keep
-    leaves the prune nothing to remove (module_utils/sglang_release.py, prunable)."""
-    folders = {os.path.dirname(release["path"]) for release in releases}
-    return len({os.path.join(folder, rid) for folder in folders for rid in releases_in(folder)})
 
 
 def main() -> None:
@@ -527,7 +308,10 @@ def main() -> None:
         except KeyError:
             missing_users.append(user)
 
-    systemd = systemd_units(module, [f"{u['name']}.service" for u in params["units"]])
+    try:
+        systemd = systemd_units(module.run_command, [f"{u['name']}.service" for u in params["units"]])
+    except CommandError as error:
+        module.fail_json(msg=str(error))
     state, statuses, groups, disabled, records = {}, {}, {}, [], {}
     for unit in params["units"]:
         name = unit["name"]
@@ -581,7 +365,7 @@ def main() -> None:
         proof = {"ran": True, "failures": failures}
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
 
-    errors = check_errors(module, params["checks"]) + release_errors
+    errors = check_errors(module.run_command, params["checks"]) + release_errors
     plan["releases"] = releases
     plan["releases_found"] = releases_found(params["releases"])
     result = {

@@ -4,7 +4,7 @@ The plan (sglang_rollout's host read) compares the host with this document, and 
 of it: every file the collection manages (with the role that writes it), the sampling defaults merged into the
 model's generation_config.json, the units the rollout restarts, the releases they run, and the host-side checks.
 The action plugin sglang_desired_state calls `desired_state` with the settings the roles name and a `render`
-function for the unit, env file and target templates (roles/sglang_services/templates, one per kind of file).
+function for the unit, env file and target templates (host/templates, one per kind of file).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.filter.sglang_programs import sglang_host_program
-from ansible_collections.dsv4.sglang.plugins.filter.sglang_services import router_url, sglang_unit_specs
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import helper_module_paths, host_program
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import router_url, sglang_unit_specs
 
 ROLES = ("runtime", "genconfig", "services")
 # What the rollout needs to know of each service: its group, what it starts from, where it says it is up.
@@ -54,7 +54,10 @@ def _genconfig(layout: dict[str, Any], settings: dict[str, Any], program: Callab
             _file("genconfig", layout["managed_defaults"], "0644", managed),
             # The helper set: its command line, and the modules it runs beside it.
             _file("genconfig", layout["helper"], "0755", program("sglang_helper.py")),
-            *(_file("genconfig", path, "0644", program(path.rsplit("/", 1)[-1])) for path in layout["helper_modules"]),
+            *(
+                _file("genconfig", path, "0644", program(path.rsplit("/", 1)[-1]))
+                for path in helper_module_paths(layout["libexec_dir"])
+            ),
         ],
         "checks": {"model_path": settings["model_path"], "model_files": list(MODEL_FILES)},
     }
@@ -110,7 +113,7 @@ def desired_state(
     settings: dict[str, dict[str, Any] | None],
     render: Render,
     base: dict[str, Any] | None = None,
-    program: Callable[[str], str] = sglang_host_program,
+    program: Callable[[str], str] = host_program,
 ) -> dict[str, Any]:
     """The host's desired state from the settings of the roles given (runtime, genconfig, services).
 

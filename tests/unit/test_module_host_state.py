@@ -1,4 +1,6 @@
-"""The host read of the plan (modules/sglang_host_state.py): bounded commands, refused writers, runtime changes."""
+"""The host read of the plan (modules/sglang_host_state.py) and the concerns it reads through: bounded commands
+(module_utils/sglang_commands.py), refused writers and the GPU count (sglang_host_checks.py), runtime changes
+(sglang_records.py), releases (sglang_release.py) and the probe of what a server runs with (sglang_probe.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,13 @@ import os
 import subprocess
 import time
 
+from ansible_collections.dsv4.sglang.plugins.module_utils import (
+    sglang_commands,
+    sglang_host_checks,
+    sglang_probe,
+    sglang_records,
+    sglang_release,
+)
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_host_state as state
 
 
@@ -22,9 +31,9 @@ def test_a_wedged_nvidia_smi_fails_the_plan_within_seconds_naming_the_command(tm
     fake.write_text("#!/bin/sh\nsleep 600\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setattr(state, "COMMAND_TIMEOUT", 2)
+    monkeypatch.setattr(sglang_commands, "COMMAND_TIMEOUT", 2)
     started = time.monotonic()
-    errors = state.check_errors(Module(), {"gpus": 8})
+    errors = sglang_host_checks.check_errors(Module().run_command, {"gpus": 8})
     assert time.monotonic() - started < 30  # bounded: 2 s, then SIGKILL 2 s later (never the 600 s it asks for)
     assert errors == [
         "nvidia-smi did not answer within 2 s (sglang_services_check_gpu_count): "
@@ -37,13 +46,18 @@ def test_a_model_directory_another_account_can_write_is_refused(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     (model / "generation_config.json").write_text("{}")
-    assert state.check_errors(Module(), {"model_path": str(model), "model_files": ["config.json"]}) == []
+    assert (
+        sglang_host_checks.check_errors(
+            Module().run_command, {"model_path": str(model), "model_files": ["config.json"]}
+        )
+        == []
+    )
     model.chmod(0o777)
-    errors = state.check_errors(Module(), {"model_path": str(model), "writers": ["nobody"]})
+    errors = sglang_host_checks.check_errors(Module().run_command, {"model_path": str(model), "writers": ["nobody"]})
     assert errors and f"{model} is writable by every account" in errors[0] and "sglang_common_model_path" in errors[0]
     model.chmod(0o755)
     os.chown(model / "generation_config.json", 65534, 65534)
-    errors = state.check_errors(Module(), {"model_path": str(model), "writers": []})
+    errors = sglang_host_checks.check_errors(Module().run_command, {"model_path": str(model), "writers": []})
     assert errors and "generation_config.json is owned by uid 65534" in errors[0]
 
 
@@ -54,7 +68,7 @@ def test_the_plan_names_the_distributions_that_changed_since_the_start(tmp_path)
     unit = {"inputs": [f"distributions:{venv}"]}
     record = {"inputs": {f"distributions:{venv}": "old"}, "runtime": {venv: {"sglang": "0.5.22", "gone": "1.0"}}}
     current = {f"distributions:{venv}": "new"}
-    assert state.changed_since_start(unit, record, current) == [
+    assert sglang_records.changed_since_start(unit, record, current) == [
         f"runtime {venv} (gone 1.0 -> -, sglang 0.5.22 -> 0.5.23)"
     ]
 
@@ -67,9 +81,9 @@ def test_releases_found_counts_finished_releases_once_across_the_folders_of_the_
             (folder / rid / "sglang-release.json").write_text(f'{{"id": "{rid}"}}')
     desired = [{"path": str(folder / "r1")}, {"path": str(folder / "r9")}]
     # r3 has no manifest (an unfinished build): the prune would not count it either.
-    assert state.releases_found(desired) == 2
-    assert state.releases_found([]) == 0
-    assert state.releases_found([{"path": str(tmp_path / "absent/r1")}]) == 0
+    assert sglang_release.releases_found(desired) == 2
+    assert sglang_release.releases_found([]) == 0
+    assert sglang_release.releases_found([{"path": str(tmp_path / "absent/r1")}]) == 0
 
 
 def test_a_key_file_is_compared_by_its_hmac_and_its_inputs_digest_stays_the_files_own(tmp_path):
@@ -88,3 +102,23 @@ def test_a_key_file_is_compared_by_its_hmac_and_its_inputs_digest_stays_the_file
     rotated = {**same, "sha256": keyed_digest(b"dsv4-admin:operators:admin:a-new-key-000000", "run-key")}
     changes, desired = state.file_changes(module, [rotated], [])
     assert changes == [str(key_file)] and desired[str(key_file)] == rotated["sha256"]
+
+
+def test_the_probe_reads_only_the_current_invocations_startup_line_and_names_what_it_could_not_read(
+    tmp_path, monkeypatch
+):
+    """One probe for the light proof and the verification: the startup line of this invocation only, and a server
+    whose /server_info cannot be read is named with why (never taken as the model's defaults)."""
+    journal = tmp_path / "journalctl"
+    journal.write_text(
+        '#!/bin/sh\ncase "$4" in *=inv-2) echo \'x\'; echo "Using default chat sampling params from model generation'
+        " config: {'temperature': 0.6, 'top_p': 0.95}\";; *) echo \"Using default chat sampling params from model"
+        " generation config: {'temperature': 0.1}\";; esac\n"
+    )
+    journal.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    run = Module().run_command
+    assert sglang_probe.logged_defaults(run, "inv-2") == {"temperature": 0.6, "top_p": 0.95}
+    assert sglang_probe.logged_defaults(run, "") is None
+    mode, why = sglang_probe.sampling_mode("http://127.0.0.1:9/health", "k", timeout=2)
+    assert mode is None and why.startswith("http://127.0.0.1:9/server_info answered nothing")

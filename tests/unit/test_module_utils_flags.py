@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.dsv4.sglang.plugins.filter import sglang_services as services
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_flags as flags
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
+from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_units as services
 
-from .test_filter_sglang_services import SETTINGS, TOPOLOGY
+from .test_plugin_utils_units import SETTINGS, TOPOLOGY
 
 
 @pytest.mark.parametrize("api_key", [False, True])

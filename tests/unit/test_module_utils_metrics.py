@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLANTED = (ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text()
 
 # The helper's command line (a host program of roles/sglang_common), as the units and the timer run it.
-SPEC = importlib.util.spec_from_file_location("sglang_helper", ROOT / "roles/sglang_common/files/sglang_helper.py")
+SPEC = importlib.util.spec_from_file_location("sglang_helper", ROOT / "host/programs/sglang_helper.py")
 helper = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(helper)
 PROJECT = {"temperature": 0.6, "top_p": 0.95, "top_k": None, "min_p": None, "repetition_penalty": None}

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
-
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_snapshot as snapshot
 
 

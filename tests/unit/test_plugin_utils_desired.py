@@ -7,7 +7,7 @@ import json
 import pytest
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_desired import ROLES, desired_state
 
-from tests.unit.test_filter_sglang_services import LAYOUT, SETTINGS, TOPOLOGY
+from tests.unit.test_plugin_utils_units import LAYOUT, SETTINGS, TOPOLOGY
 
 RUNTIME = {
     "releases": {

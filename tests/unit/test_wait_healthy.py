@@ -1,4 +1,4 @@
-"""The ExecStartPost health gate (roles/sglang_common/files/sglang_wait_healthy.py)."""
+"""The ExecStartPost health gate (host/programs/sglang_wait_healthy.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles/sglang_common/files"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "host/programs"))
 import sglang_wait_healthy as gate
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCHER = ROOT / "roles/sglang_common/files/sglang_with_secret.py"
+LAUNCHER = ROOT / "host/programs/sglang_with_secret.py"
 # The launcher imports the helper set's redaction: beside it on a host, from the collection here.
 IMPORTS = {"PYTHONPATH": str(ROOT / ".collections")}
 

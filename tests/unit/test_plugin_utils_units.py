@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.dsv4.sglang.plugins.filter import sglang_services as f
+from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_units as f
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/sglang_services"

@@ -1,0 +1,58 @@
+"""What a server runs with, asked of the server and of its current start: the one probe of the plan's light proof
+(module sglang_host_state) and of the verification (module sglang_ask).
+
+- `sampling_mode`: the server's own answer, `/server_info`'s `sampling_defaults` (SGLang 0.5.23 reports the
+  `--sampling-defaults` it was started with), beside its `/health`.
+- `logged_defaults`: the sampling defaults SGLang logged at the start of the unit's current invocation (its
+  `Using default chat sampling params` line, read from that invocation's journal only), so an earlier start's line
+  never counts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run, bounded
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import startup_defaults
+
+# Seconds a server has to answer /server_info: it answers from memory, even under load.
+PROBE_TIMEOUT = 10
+STARTUP_MARK = "Using default chat sampling"
+
+
+def server_info_url(health_url: str) -> str:
+    """/server_info beside a server's /health."""
+    return str(health_url).removesuffix("/health") + "/server_info"
+
+
+def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:
+    """(the server's sampling_defaults mode, None) or (None, why it could not be read)."""
+    url = server_info_url(health_url)
+    status, message, body = call(url, key=key, timeout=timeout)
+    if status != 200:
+        return None, f"{url} answered {status or 'nothing'} ({message})"
+    try:
+        info = json.loads(body)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        return None, f"{url} did not answer a JSON object"
+    return info.get("sampling_defaults"), None
+
+
+def current_invocation(run: Run, unit: str) -> str:
+    """The invocation id of the unit's current start ('' when it has none)."""
+    rc, out, _err = bounded(run, ["systemctl", "show", "-P", "InvocationID", f"{unit}.service"])
+    return out.strip() if rc == 0 else ""
+
+
+def logged_defaults(run: Run, invocation: str) -> dict[str, Any] | None:
+    """The defaults logged at the start of this invocation, or None (no invocation, no line, or no journal)."""
+    if not invocation:
+        return None
+    rc, journal, _err = bounded(run, ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
+    if rc != 0:
+        return None
+    return startup_defaults("\n".join(line for line in journal.splitlines() if STARTUP_MARK in line))

@@ -1,0 +1,207 @@
+"""The one topology variable turned into unit specifications (the filters of plugins/filter/sglang_services.py).
+
+`sglang_topology_errors` lists what is wrong with a topology (each message names the variable);
+`sglang_unit_specs` builds, per service, the command line, environment and placement that the single
+unit template renders, its command lines from the one table of managed flags (module_utils/sglang_flags.py).
+Plain functions, tested in tests/unit/test_plugin_utils_units.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import ROUTER_FLAGS, SERVER_FLAGS, render
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import LOCAL_HOST, is_address
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import helper_module_paths
+
+VAR = "sglang_services_topology"
+SERVER_MODES = ("prefill", "decode")
+MODES = (*SERVER_MODES, "router")
+TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
+PORT_KEYS = ("port", "bootstrap_port", "metrics_port")
+UNIT_PREFIX = "sglang-dsv4-"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") -> list[str]:
+    """Everything wrong with a topology, as messages that name the variable and the value."""
+    if not isinstance(topology, dict) or not topology:
+        return [f"{VAR} must be a mapping of service name to settings, got {topology!r}"]
+    errors: list[str] = []
+    if transfer_backend not in TRANSFER_BACKENDS:
+        errors.append(
+            f"sglang_services_transfer_backend={transfer_backend!r} is not one of {', '.join(TRANSFER_BACKENDS)}"
+        )
+    modes = [svc.get("mode") if isinstance(svc, dict) else None for svc in topology.values()]
+    for mode in MODES:
+        if modes.count(mode) != 1:
+            errors.append(f"{VAR} must have exactly one service with mode {mode}, found {modes.count(mode)}")
+    gpu_owner: dict[int, str] = {}
+    port_owner: dict[int, str] = {}
+    for name, svc in topology.items():
+        where = f"{VAR}.{name}"
+        if not isinstance(name, str) or not name.replace("-", "").isalnum() or not name.islower():
+            errors.append(f"{VAR} service name {name!r} must be lower-case letters, digits and dashes")
+        if not isinstance(svc, dict):
+            errors.append(f"{where} must be a mapping, got {svc!r}")
+            continue
+        mode = svc.get("mode")
+        if mode not in MODES:
+            errors.append(f"{where}.mode={mode!r} is not one of {', '.join(MODES)}")
+        for key in PORT_KEYS:
+            port = svc.get(key)
+            if port is None:
+                if (
+                    key == "port"
+                    or (key == "bootstrap_port" and mode == "prefill")
+                    or (key == "metrics_port" and mode == "router")
+                ):
+                    errors.append(f"{where}.{key} is required")
+                continue
+            if not _is_int(port) or not 1 <= port <= 65535:
+                errors.append(f"{where}.{key}={port!r} must be a port number (1-65535)")
+            elif port in port_owner:
+                errors.append(f"{where}.{key}={port} is already used by {port_owner[port]}")
+            else:
+                port_owner[port] = f"{where}.{key}"
+        for key in ("host", "metrics_host"):
+            if key in svc and (not isinstance(svc[key], str) or not is_address(svc[key])):
+                errors.append(f"{where}.{key}={svc[key]!r} must be an IP address (or localhost)")
+        flags = svc.get("extra_flags", [])
+        if not isinstance(flags, list) or not all(isinstance(flag, (str, int, float)) for flag in flags):
+            errors.append(f"{where}.extra_flags={flags!r} must be a list of strings")
+        if mode not in SERVER_MODES:
+            continue
+        gpu_ids = svc.get("gpu_ids")
+        if not isinstance(gpu_ids, list) or not gpu_ids or not all(_is_int(g) and g >= 0 for g in gpu_ids):
+            errors.append(f"{where}.gpu_ids={gpu_ids!r} must be a non-empty list of GPU indices")
+        else:
+            for gpu in gpu_ids:
+                if gpu in gpu_owner:
+                    errors.append(f"{where}.gpu_ids: GPU {gpu} is already given to {gpu_owner[gpu]}")
+                gpu_owner[gpu] = where
+        numa = svc.get("numa_node")
+        if numa is not None and (not _is_int(numa) or numa < 0):
+            errors.append(f"{where}.numa_node={numa!r} must be a NUMA node number or null")
+    return errors
+
+
+def router_host(svc: dict[str, Any]) -> str:
+    """The address the router listens on (its topology entry's host, loopback unless set)."""
+    return str(svc.get("host", LOCAL_HOST))
+
+
+def router_url(svc: dict[str, Any], tls: bool = False) -> str:
+    """Where the router really listens, as a URL this host can reach (the wildcard becomes loopback)."""
+    host = router_host(svc)
+    host = {"0.0.0.0": LOCAL_HOST, "::": "::1"}.get(host, host)  # noqa: S104 - mapping the wildcard away
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{svc['port']}"
+
+
+def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[Any]:
+    managed = render(SERVER_FLAGS, svc, settings)
+    return [*settings["launcher"]["server"], *managed, *settings.get("server_flags", []), *svc.get("extra_flags", [])]
+
+
+def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[str, Any]) -> list[Any]:
+    managed = render(ROUTER_FLAGS, svc, {**settings, "topology": topology})
+    return [*settings["launcher"]["router"], *managed, *svc.get("extra_flags", [])]
+
+
+# Files of the model directory each kind of service reads at start (SGLang's ModelConfig and tokenizer manager;
+# the router's --tokenizer-path). Weights are not among them: hashing hundreds of GB at every plan is no plan.
+SERVER_MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+ROUTER_MODEL_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def unit_inputs(unit: str, name: str, server: bool, credentials: dict[str, str], settings: dict[str, Any]) -> list[str]:
+    """Everything a service starts from, as its start record names it (see module_utils/sglang_records.py):
+    its unit and drop-ins, env file, credentials, the collection's programs it runs, the runtime's installed
+    distributions, and the model files it reads."""
+    layout, launcher = settings["layout"], settings["launcher"]
+    inputs = [f"{layout['unit_dir']}/{unit}.service", f"{layout['unit_dir']}/{unit}.service.d/"]
+    inputs += [f"{layout['conf_dir']}/{name}.env", *credentials.values()]
+    inputs += [layout["helper"], *helper_module_paths(layout["libexec_dir"]), layout["wait_healthy"]]
+    inputs += list(launcher["server_files" if server else "router_files"])
+    runtime = launcher.get("server_runtime" if server else "router_runtime")
+    if runtime:
+        inputs.append(f"distributions:{runtime}")
+    model_files = SERVER_MODEL_FILES if server else ROUTER_MODEL_FILES
+    inputs += [f"{settings['model_path']}/{file}" for file in model_files]
+    return inputs
+
+
+def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """One spec per service, servers first, in the shape the unit template reads.
+
+    `credentials` maps each credential name the unit loads to its root-only file; `inputs` lists every file the
+    service starts from (its record of them decides whether it must restart, see module_utils/sglang_plan.py).
+    """
+    layout = settings["layout"]
+    specs = []
+    for name, svc in sorted(topology.items(), key=lambda item: MODES.index(item[1]["mode"])):
+        server = svc["mode"] in SERVER_MODES
+        unit = f"{UNIT_PREFIX}{name}"
+        environment = dict(settings.get("environment", {}))
+        credentials: dict[str, str] = {}
+        if server:
+            environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in svc["gpu_ids"])
+            if settings.get("api_key"):
+                credentials["server-config.yaml"] = f"{layout['credentials_dir']}/{name}"
+            health_url = f"http://{LOCAL_HOST}:{svc['port']}/health"
+        else:
+            if settings.get("api_key"):
+                credentials["api-key"] = f"{layout['credentials_dir']}/{name}"
+            credentials["admin-key"] = f"{layout['credentials_dir']}/{name}-admin"
+            if settings.get("router_tls"):
+                credentials["tls-cert"] = settings["router_tls"]["cert"]
+                credentials["tls-key"] = settings["router_tls"]["key"]
+            # /health answers 200 with no worker at all; /readiness only once the workers are healthy.
+            health_url = router_url(svc, bool(settings.get("router_tls"))) + "/readiness"
+        argv = _server_argv(svc, settings) if server else _router_argv(svc, topology, settings)
+        inputs = unit_inputs(unit, name, server, credentials, settings)
+        specs.append(
+            {
+                "key": name,
+                "name": unit,
+                "mode": svc["mode"],
+                "group": "servers" if server else "router",
+                "argv": [str(arg) for arg in argv],
+                "environment": {key: str(value) for key, value in sorted(environment.items())},
+                "credentials": credentials,
+                # LoadCredential= entries: systemd expands %-specifiers in the path, so a % in it is doubled.
+                "load_credentials": [f"{cred}:{path.replace('%', '%%')}" for cred, path in credentials.items()],
+                "inputs": inputs,
+                "gpu_ids": list(svc.get("gpu_ids", [])),
+                "numa_node": svc.get("numa_node"),
+                "port": svc["port"],
+                "metrics_host": svc.get("metrics_host", LOCAL_HOST) if not server else None,
+                "metrics_port": svc.get("metrics_port") if not server else svc["port"],
+                "health_url": health_url,
+            }
+        )
+    return specs
+
+
+SPECIFIERS = ("%d/",)
+
+
+def sglang_systemd_argv(argv: list[str]) -> str:
+    """Quote an argv for an Exec= line (systemd's own rules: double quotes, % doubled).
+
+    The one specifier meant for systemd, %d (the credentials directory) at the start of an argument, is kept.
+    """
+    out = []
+    for arg in argv:
+        text = str(arg)
+        keep = next((s for s in SPECIFIERS if text.startswith(s)), "")
+        text = keep + text[len(keep) :].replace("%", "%%")
+        if not text or any(ch in text for ch in " \t\"'\\;$"):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
+        out.append(text)
+    return " ".join(out)
