@@ -1,9 +1,9 @@
 """The action behind dsv4.sglang.sglang_desired_state: the host's one desired-state document, on the controller.
 
-It renders the collection's templates of the files a host runs from (host/templates) through Ansible's own template lookup, so
-that a unit is the same text a template task would write, and hands everything to the one function that builds
-the document (plugins/plugin_utils/sglang_desired.py). It never connects to the host. The base of a role used on its
-own is the fact sglang_desired the previous call's task kept.
+It renders the collection's templates of the files a host runs from (host/templates) through Ansible's own
+template lookup, so that a unit is the same text a template task would write, and hands everything to the one
+function that builds the document (plugins/plugin_utils/sglang_desired.py). It never connects to the host. The base
+of a role used on its own is the fact sglang_desired the previous call's task kept.
 """
 
 from __future__ import annotations
