@@ -1,4 +1,4 @@
-"""Files on a host, read and written safely: part of the helper set (roles/sglang_common's layout, helper_set).
+"""Files on a host, read and written safely: part of the helper set (plugin_utils/sglang_programs.py, HELPER_MODULES).
 
 Regular files only, never through a link or a FIFO someone planted; atomic replacement; the digest of a file by
 its bytes; the results other parts of the collection leave in the layout's status_dir. Standard library only.

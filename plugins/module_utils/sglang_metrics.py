@@ -1,4 +1,4 @@
-"""The host's sampling-defaults metrics: part of the helper set (roles/sglang_common's layout, helper_set).
+"""The host's sampling-defaults metrics: part of the helper set (plugin_utils/sglang_programs.py, HELPER_MODULES).
 
 The monitoring role's timer runs `sglang_helper.py metrics STATUS_DIR OUT.prom MANAGED_JSON TARGET_JSON UNIT=ROLE...`
 every minute: node_exporter textfile metrics saying whether the file holds the managed defaults and whether each

@@ -1,4 +1,4 @@
-"""What each start of a service is made of: part of the helper set (roles/sglang_common's layout, helper_set).
+"""What each start of a service is made of: part of the helper set (plugin_utils/sglang_programs.py, HELPER_MODULES).
 
 Each unit runs `sglang_helper.py record RECORD_JSON INPUT...` before every start: it writes, under /run, the digest
 of every input the service starts from (files, drop-in folders, the runtime's distributions) and the sampling
@@ -136,50 +136,3 @@ def runs_from_disk(record_path: str, invocation: str) -> bool:
     if not isinstance(inputs, dict):
         return False
     return entry.get("digest") == inputs_digest({path: input_digest(path) for path in inputs})
-
-
-def run_record(path: str) -> dict | None:
-    """A service's start record (root-only, under /run), or None when absent or not a small regular file."""
-    try:
-        raw = read_regular(path, limit=1 << 20)
-        entry = json.loads(raw) if raw else None
-    except (OSError, ValueError):
-        return None
-    return entry if isinstance(entry, dict) else None
-
-
-# How many changed distributions a restart reason names before it says "and N more".
-MOVED_SHOWN = 6
-
-
-def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[str]:
-    """The inputs whose content differs from the service's start record; for a runtime, which distributions."""
-    if not record:
-        return []
-    started = record.get("inputs") or {}
-    changed = []
-    for path in unit["inputs"]:
-        if started.get(path, "absent") == current[path]:
-            continue
-        if path.startswith(DISTRIBUTIONS):
-            venv = path[len(DISTRIBUTIONS) :]
-            runtimes = record.get("runtime") or {}
-            # Another release in place of the one it started from: compare the two.
-            was = venv if venv in runtimes or len(runtimes) != 1 else next(iter(runtimes))
-            before = runtimes.get(was) or {}
-            now = distributions(venv)
-            moved = [
-                f"{name} {before.get(name, '-')} -> {now.get(name, '-')}"
-                for name in sorted(set(before) | set(now))
-                if before.get(name) != now.get(name)
-            ]
-            if len(moved) > MOVED_SHOWN:
-                moved = [*moved[:MOVED_SHOWN], f"and {len(moved) - MOVED_SHOWN} more"]
-            if was == venv:
-                changed.append(f"runtime {venv} ({', '.join(moved) or 'changed'})")
-            else:
-                what = ", ".join(moved) if now else "not built yet"
-                changed.append(f"runtime release {os.path.basename(was)} -> {os.path.basename(venv)} ({what})")
-        else:
-            changed.append(path)
-    return changed

@@ -1,4 +1,4 @@
-"""Keys out of what a run prints and what a service logs: part of the helper set (roles/sglang_common's layout).
+"""Keys out of what a run prints and what a service logs: part of the helper set (plugin_utils/sglang_programs.py).
 
 The restart module masks the journal lines a failure message quotes; the services' launcher
 (host/programs/sglang_with_secret.py, installed beside the helper set) masks every log record of the
@@ -17,7 +17,7 @@ import re
 
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
-except ImportError:  # on a host, installed beside it (the helper set, host/programs)
+except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import read_regular  # type: ignore[no-redef]
 
 MASK = "<redacted>"

@@ -1,4 +1,4 @@
-"""A host out of rotation and back: part of the helper set (roles/sglang_common's layout, helper_set).
+"""A host out of rotation and back: part of the helper set (plugin_utils/sglang_programs.py, HELPER_MODULES).
 
 A drain (modules/sglang_drain.py) takes every worker out of the host's router and keeps them in a root-only state
 file until they are back; it speaks to the router with the admin key the router runs with (systemd's copy of its

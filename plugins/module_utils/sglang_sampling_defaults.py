@@ -1,4 +1,4 @@
-"""The managed sampling defaults: part of the helper set (roles/sglang_common's layout, helper_set).
+"""The managed sampling defaults: part of the helper set (plugin_utils/sglang_programs.py, HELPER_MODULES).
 
 What SGLang reads from generation_config.json, the rules of each value, the merge that keeps every other key and
 the key order, the heal that puts the defaults back into a re-downloaded file, and the startup line that says

@@ -165,12 +165,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_host_checks import check_errors
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
-    changed_since_start,
-    input_digest,
-    inputs_digest,
-    run_record,
-)
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import input_digest, inputs_digest
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import read_releases, releases_found
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     defaults_missing,
@@ -178,6 +173,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
     render,
     sampling_of,
 )
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_started import changed_since_start, run_record
 
 
 def file_changes(module: AnsibleModule, files: list[dict], diffs: list[dict]) -> tuple[list[str], dict[str, str]]:

@@ -1,6 +1,6 @@
 """The host read of the plan (modules/sglang_host_state.py) and the concerns it reads through: bounded commands
 (module_utils/sglang_commands.py), refused writers and the GPU count (sglang_host_checks.py), runtime changes
-(sglang_records.py), releases (sglang_release.py) and the probe of what a server runs with (sglang_probe.py)."""
+(sglang_started.py), releases (sglang_release.py) and the probe of what a server runs with (sglang_probe.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import (
     sglang_commands,
     sglang_host_checks,
     sglang_probe,
-    sglang_records,
     sglang_release,
+    sglang_started,
 )
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_host_state as state
 
@@ -68,7 +68,7 @@ def test_the_plan_names_the_distributions_that_changed_since_the_start(tmp_path)
     unit = {"inputs": [f"distributions:{venv}"]}
     record = {"inputs": {f"distributions:{venv}": "old"}, "runtime": {venv: {"sglang": "0.5.22", "gone": "1.0"}}}
     current = {f"distributions:{venv}": "new"}
-    assert sglang_records.changed_since_start(unit, record, current) == [
+    assert sglang_started.changed_since_start(unit, record, current) == [
         f"runtime {venv} (gone 1.0 -> -, sglang 0.5.22 -> 0.5.23)"
     ]
 
