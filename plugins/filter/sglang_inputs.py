@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import choice_errors
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import (
     input_errors,
     is_loopback,
@@ -32,6 +33,11 @@ def sglang_sampling_errors(sampling: dict[str, Any], allow_greedy: bool = False,
     return [f"{prefix}{error}" for error in validate(sampling, allow_greedy)]
 
 
+def sglang_flag_errors(values: dict[str, Any]) -> list[str]:
+    """Errors of the given variables (name -> value) whose managed flag takes one of a list (the flag table's)."""
+    return choice_errors(values)
+
+
 def sglang_is_loopback(address: Any) -> bool:
     """Whether only this host reaches the address (the collection's one loopback rule)."""
     return is_loopback(address)
@@ -40,6 +46,7 @@ def sglang_is_loopback(address: Any) -> bool:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "sglang_flag_errors": sglang_flag_errors,
             "sglang_input_errors": sglang_input_errors,
             "sglang_is_loopback": sglang_is_loopback,
             "sglang_removed_variables": sglang_removed_variables,

@@ -3,7 +3,7 @@
 `sglang_monitoring_errors` lists what is wrong with the role's settings (each message names the variable and
 the value); `sglang_prometheus_config` builds a GPU host's prometheus.yml as data, `sglang_federation_config`
 the central Prometheus's, and `sglang_web_config` the web-config file of Prometheus and node_exporter. The
-templates only print what these return. Plain functions, tested in tests/unit/test_monitoring.py.
+templates only print what these return. Plain functions, tested in tests/unit/test_filter_sglang_monitoring.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """The one table of the command-line flags the collection manages, for the servers and for the router.
 
 Each row: the option, its aliases in the real parser, the variable that owns what it sets, and how it is rendered
-from a service's settings (the words after the option; None: not rendered here; []: a switch). The same rows
+from a service's settings (the words after the option; None: not rendered here; []: a switch). A row whose value an
+operator chooses names its setting (the key of the unit settings, sglang_services' vars) and, when the real parser
+has a closed list, the choices the collection accepts: the role's checks (`choice_errors`, filter
+sglang_flag_errors) and its argument_specs are held to them (tests/unit/test_module_utils_flags.py). The same rows
 render the command lines (plugin_utils/sglang_units.py), refuse `extra_flags` and `sglang_services_server_flags` that
 would set one of them (module_utils/sglang_inputs.py, with argparse's abbreviations), and are held to the real
 parsers, aliases included, by tests/contract (sglang 0.5.23 `ServerArgs.add_cli_args`, sglang-router 0.3.2
@@ -27,6 +30,9 @@ class Flag:
     variable: str
     render: Render
     aliases: tuple[str, ...] = ()
+    # The unit settings' key that holds the operator's value, and the values the collection accepts (empty: any).
+    setting: str | None = None
+    choices: tuple[str, ...] = ()
 
 
 def _never(_svc: dict[str, Any], _settings: dict[str, Any]) -> None:
@@ -53,13 +59,17 @@ SERVER_FLAGS: tuple[Flag, ...] = (
         ("--tensor-parallel-size",),
     ),
     Flag("--base-gpu-id", "sglang_services_topology.<service>.gpu_ids", _never),
-    # The sampling-defaults switch: without "model", generation_config.json is ignored.
-    Flag("--sampling-defaults", "sglang_services_sampling_defaults", lambda svc, st: [st["sampling_defaults"]]),
+    # The sampling-defaults switch, always "model": without it SGLang ignores generation_config.json (the product's
+    # point), so no variable chooses it.
+    Flag("--sampling-defaults", "the collection (generation_config.json is read only so)", lambda svc, st: ["model"]),
     Flag("--disaggregation-mode", "sglang_services_topology.<service>.mode", lambda svc, st: [svc["mode"]]),
     Flag(
         "--disaggregation-transfer-backend",
         "sglang_services_transfer_backend",
         lambda svc, st: [st["transfer_backend"]],
+        setting="transfer_backend",
+        # SGLang 0.5.23's TransferBackend values (its parser takes these).
+        choices=("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"),
     ),
     Flag(
         "--disaggregation-bootstrap-port",
@@ -78,7 +88,14 @@ SERVER_FLAGS: tuple[Flag, ...] = (
         lambda svc, st: ["%d/server-config.yaml"] if st.get("api_key") else None,
     ),
     Flag("--api-key", "sglang_services_api_key", _never),
-    Flag("--kv-cache-dtype", "sglang_services_kv_cache_dtype", lambda svc, st: [st["kv_cache_dtype"]]),
+    Flag(
+        "--kv-cache-dtype",
+        "sglang_services_kv_cache_dtype",
+        lambda svc, st: [st["kv_cache_dtype"]],
+        setting="kv_cache_dtype",
+        # The KV cache dtypes DeepSeek-V4-Flash is served with (SGLang's parser takes more).
+        choices=("fp8_e4m3", "bfloat16"),
+    ),
     # The monitoring scrapes the servers' /metrics.
     Flag("--enable-metrics", "the collection (the monitoring scrapes /metrics)", _switch),
 )
@@ -140,3 +157,17 @@ def render(flags: tuple[Flag, ...], svc: dict[str, Any], settings: dict[str, Any
         if words is not None:
             argv += [flag.option, *words]
     return argv
+
+
+def choices(flags: tuple[Flag, ...] = SERVER_FLAGS + ROUTER_FLAGS) -> dict[str, tuple[str, ...]]:
+    """Variable -> the values the collection accepts, for every row that has choices."""
+    return {flag.variable: flag.choices for flag in flags if flag.choices}
+
+
+def choice_errors(values: dict[str, Any], flags: tuple[Flag, ...] = SERVER_FLAGS + ROUTER_FLAGS) -> list[str]:
+    """A message naming the variable and its value for every value (by variable) that is not one of its choices."""
+    return [
+        f"{variable}={values[variable]!r} must be one of {', '.join(accepted)}"
+        for variable, accepted in choices(flags).items()
+        if variable in values and values[variable] not in accepted
+    ]

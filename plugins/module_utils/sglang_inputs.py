@@ -42,6 +42,8 @@ REMOVED_VARIABLES: dict[str, str] = {
     "sglang_runtime_python": "sglang_runtime_server_lock: the servers and the router run from runtime releases",
     "sglang_services_user": "sglang_runtime_user (the user sglang_runtime creates is the one the units run as)",
     "sglang_runtime_standin_dir": "nothing: the lab installs its stand-in itself (roles/lab_hosts, sglang_lab_standin)",
+    "sglang_services_sampling_defaults": "nothing: the servers always run with --sampling-defaults model (without it"
+    " SGLang ignores generation_config.json)",
 }
 
 

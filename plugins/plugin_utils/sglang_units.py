@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import ROUTER_FLAGS, SERVER_FLAGS, render
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import (
+    ROUTER_FLAGS,
+    SERVER_FLAGS,
+    choice_errors,
+    render,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import LOCAL_HOST, is_address
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import helper_module_paths
 
 VAR = "sglang_services_topology"
 SERVER_MODES = ("prefill", "decode")
 MODES = (*SERVER_MODES, "router")
-TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
 PORT_KEYS = ("port", "bootstrap_port", "metrics_port")
 UNIT_PREFIX = "sglang-dsv4-"
 
@@ -31,10 +35,7 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
     if not isinstance(topology, dict) or not topology:
         return [f"{VAR} must be a mapping of service name to settings, got {topology!r}"]
     errors: list[str] = []
-    if transfer_backend not in TRANSFER_BACKENDS:
-        errors.append(
-            f"sglang_services_transfer_backend={transfer_backend!r} is not one of {', '.join(TRANSFER_BACKENDS)}"
-        )
+    errors += choice_errors({"sglang_services_transfer_backend": transfer_backend})
     modes = [svc.get("mode") if isinstance(svc, dict) else None for svc in topology.values()]
     for mode in MODES:
         if modes.count(mode) != 1:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_flags as flags
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
 from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_units as services
@@ -37,3 +40,44 @@ def test_options_never_rendered_are_still_refused():
         assert rules.managed_flag_errors(
             "x", [option], {**rules.SERVER_MANAGED_OPTIONS, **rules.ROUTER_MANAGED_OPTIONS}
         )
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _option_specs() -> dict:
+    options = {}
+    for path in ROOT.glob("roles/*/meta/argument_specs.yml"):
+        options.update(yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"])
+    return options
+
+
+def test_each_choice_is_said_once_in_the_table_and_the_argument_specs_and_checks_are_held_to_it():
+    """Adding a managed flag with choices is one row (and its default and argument spec): the argument spec's
+    choices, the role's check and the bad-input table all follow the row."""
+    table = flags.choices()
+    assert set(table) == {"sglang_services_kv_cache_dtype", "sglang_services_transfer_backend"}
+    specs = _option_specs()
+    for variable, accepted in table.items():
+        assert tuple(specs[variable]["choices"]) == accepted, variable
+        assert specs[variable]["default"] in accepted, variable
+        assert flags.choice_errors({variable: accepted[0]}) == []
+        assert flags.choice_errors({variable: "no-such-value"}) == [
+            f"{variable}='no-such-value' must be one of {', '.join(accepted)}"
+        ]
+    cases = yaml.safe_load((ROOT / "tests/bad_inputs.yml").read_text())["deploy"]
+    refused = {name for case in cases for name in case["vars"] if "must be one of" in case["expect"]}
+    assert set(table) <= refused
+    # The preflight passes every variable with choices to the table's check, and states no list of its own.
+    preflight = (ROOT / "roles/sglang_services/tasks/preflight.yml").read_text()
+    for variable, accepted in table.items():
+        assert f"'{variable}': {variable}" in preflight and str(list(accepted)) not in preflight
+
+
+def test_every_row_that_names_a_setting_renders_that_setting():
+    settings = {**SETTINGS, "kv_cache_dtype": "bfloat16", "transfer_backend": "nixl"}
+    prefill = next(spec for spec in services.sglang_unit_specs(TOPOLOGY, settings) if spec["mode"] == "prefill")
+    for flag in flags.SERVER_FLAGS:
+        if flag.setting:
+            index = prefill["argv"].index(flag.option)
+            assert prefill["argv"][index + 1] == settings[flag.setting], flag.option

@@ -27,7 +27,6 @@ SETTINGS = {
     },
     "model_path": "/srv/models/DeepSeek-V4-Flash",
     "served_model_name": "dsv4",
-    "sampling_defaults": "model",
     "transfer_backend": "mooncake",
     "ib_device": None,
     "kv_cache_dtype": "fp8_e4m3",
@@ -77,7 +76,7 @@ def test_topology_errors_name_the_variable_and_value(topology, needle):
 def test_unknown_transfer_backend_is_named():
     errors = f.sglang_topology_errors(TOPOLOGY, "carrier-pigeon")
     backends = "mooncake, nixl, ascend, fake, mori, mooncake_tcp"
-    assert errors == [f"sglang_services_transfer_backend='carrier-pigeon' is not one of {backends}"]
+    assert errors == [f"sglang_services_transfer_backend='carrier-pigeon' must be one of {backends}"]
 
 
 def test_unit_specs_split_gpus_and_render_the_pd_flags():
