@@ -125,8 +125,15 @@ NEWCOMER = {
     ),
     "Where is the model path set?": ("roles/sglang_common/defaults/main.yml", "sglang_common_model_path:"),
     "Where is the router's port set?": ("roles/sglang_services/defaults/main.yml", "  router:\n    mode: router"),
-    "What restarts prefill and decode?": ("plugins/module_utils/sglang_plan.py", "What restarts the services"),
+    "What restarts prefill and decode?": (
+        "roles/sglang_services/tasks/restart.yml",
+        "The one path by which the services restart",
+    ),
     "How do I add a server flag the collection manages?": ("plugins/module_utils/sglang_flags.py", "SERVER_FLAGS"),
+    "What happens when the verification (or any step of a host's apply) fails?": (
+        "roles/sglang_rollout/tasks/rollback.yml",
+        "What happens when a host's apply fails",
+    ),
     "What does a host have to hold (every file, unit and release)?": (
         "plugins/plugin_utils/sglang_desired.py",
         "def desired_state(",
@@ -144,3 +151,68 @@ def test_the_readme_answers_each_newcomer_question_with_the_one_file_that_holds_
         name = holds.split(":")[0].strip()
         others = [p for p in ROOT.glob("roles/*/defaults/main.yml") if p != ROOT / path]
         assert not any(re.search(rf"^{re.escape(name)}:", p.read_text(), re.M) for p in others), name
+
+
+# Twins removed by issue 27: each of these facts is written in one place, and these tests fail at a second copy.
+HELPER_MODULES = ("sglang_files.py", "sglang_sampling_defaults.py", "sglang_records.py", "sglang_metrics.py")
+
+
+def _texts(*patterns: str) -> dict[Path, str]:
+    return {path: path.read_text() for pattern in patterns for path in sorted(ROOT.glob(pattern)) if path.is_file()}
+
+
+def test_the_helper_modules_are_listed_once() -> None:
+    """plugin_utils/sglang_programs.py lists the helper set; no layout, role, playbook or README lists it again."""
+    owner = ROOT / "plugins/plugin_utils/sglang_programs.py"
+    assert all(name in owner.read_text() for name in HELPER_MODULES)
+    for path, text in _texts("roles/*/vars/*.yml", "roles/*/defaults/*.yml", "playbooks/*.yml", "README.md").items():
+        lines = [line for line in text.splitlines() if sum(name in line for name in HELPER_MODULES) > 1]
+        assert not lines, f"{path.relative_to(ROOT)} lists the helper set again: {lines[0][:120]}"
+
+
+def test_a_flags_choices_are_written_in_the_flag_table_alone() -> None:
+    """The kv-cache dtypes and the transfer backends: in the flag table (argument_specs are held to it)."""
+    kinds = {"'fp8_e4m3', 'bfloat16'": "kv-cache dtypes", '"mooncake", "nixl"': "transfer backends"}
+    texts = _texts("plugins/**/*.py", "roles/*/tasks/*.yml", "roles/*/vars/*.yml", "playbooks/*.yml")
+    for spelling, kind in kinds.items():
+        holders = [
+            str(p.relative_to(ROOT)) for p, t in texts.items() if spelling in t or spelling.replace("'", '"') in t
+        ]
+        assert holders == ["plugins/module_utils/sglang_flags.py"], (kind, holders)
+
+
+def test_a_role_computes_its_part_of_the_desired_state_in_one_task_file() -> None:
+    """The three roles that write share sglang_common's tasks/desired.yml for a run with no plan before."""
+    callers = [
+        str(p.relative_to(ROOT)) for p, t in _texts("roles/*/tasks/*.yml").items() if "sglang_desired_state:" in t
+    ]
+    assert callers == ["roles/sglang_common/tasks/desired.yml"]
+    for role in ("sglang_runtime", "sglang_genconfig", "sglang_services"):
+        assert "tasks_from: desired" in (ROOT / f"roles/{role}/tasks/main.yml").read_text(), role
+
+
+def test_what_a_server_runs_with_is_asked_in_one_place() -> None:
+    """/server_info and the startup line of the current invocation: module_utils/sglang_probe.py, for the light
+    proof (sglang_host_state) and the verification (sglang_ask) alike. (The host's own timer reads the startup line
+    in the helper set, module_utils/sglang_metrics.py, which runs on the host without Ansible.)"""
+    texts = _texts("plugins/modules/*.py", "plugins/module_utils/*.py")
+    asking = sorted(
+        str(p.relative_to(ROOT))
+        for p, t in texts.items()
+        if '+ "/server_info"' in t or 'f"_SYSTEMD_INVOCATION_ID=' in t
+    )
+    assert asking == ["plugins/module_utils/sglang_metrics.py", "plugins/module_utils/sglang_probe.py"]
+
+
+def test_the_fence_is_inside_the_writers_not_a_task_between_them() -> None:
+    """deploy.yml imports no renew step: every module that writes checks the lock itself (fence)."""
+    assert "tasks_from: renew" not in (ROOT / "playbooks/deploy.yml").read_text()
+    for module in (
+        "sglang_managed_files",
+        "sglang_generation_config",
+        "sglang_release",
+        "sglang_snapshot",
+        "sglang_drain",
+        "sglang_service_restart",
+    ):
+        assert "sglang_lock.fenced(module)" in (ROOT / f"plugins/modules/{module}.py").read_text(), module
