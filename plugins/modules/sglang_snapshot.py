@@ -8,12 +8,12 @@ module: sglang_snapshot
 short_description: Save the files a rollout may change into this run's snapshot, or put that snapshot back
 description:
   - C(saved) copies each file of O(files) into O(snapshot) (a folder of this run's own, mode 0700), noting the ones
-    that do not exist, and keeps the O(keep) newest snapshots beside it. Bookkeeping: it reports unchanged.
+    that do not exist, and keeps the O(keep) newest snapshots beside it. Bookkeeping, so it reports unchanged.
   - C(restored) puts the snapshot back (files byte for byte, with their mode, owner and group; files that did not
     exist are removed), then compares every file with the snapshot and fails on any difference left.
   - Files are never read or written through a link or a FIFO (module_utils/sglang_snapshot.py).
   - With O(fence), the rollout lock is checked and its lease renewed in the same call, before anything is read or
-    written: a run that lost the lock fails with C(lost) and touches nothing.
+    written; a run that lost the lock fails with C(lost) and touches nothing.
 options:
   state:
     description: Save or restore.
