@@ -32,6 +32,11 @@ options:
   into:
     description: Write each file into this folder under the last part of its path instead (staging).
     type: path
+  fence:
+    description:
+      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
+        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
+    type: dict
 attributes:
   check_mode:
     description: Reports what it would write and remove, and changes nothing.
@@ -39,11 +44,6 @@ attributes:
   diff_mode:
     description: No diff (the files may hold keys); the plan shows what differs.
     support: none
-  fence:
-    description:
-      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
-        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
-    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 
