@@ -355,3 +355,24 @@ def test_a_production_role_reads_its_parameters_not_another_roles_private_facts(
                 if match["role"] is None or f"sglang_{match['role']}" not in own:
                     found.append(f"{path.relative_to(ROOT)}:{number}: {match[0]}")
     assert not found, "\n".join(found)
+
+
+def test_no_import_of_the_services_role_carries_a_condition_or_variables_its_handler_would_inherit():
+    """Ansible gives a role's handlers the `when` and `vars` of the role's imports: a condition on one import of
+    sglang_services (a step that should run only sometimes) skipped its restart handler on every first deploy."""
+    found = []
+    for path in sorted((ROOT / "playbooks").glob("*.yml")):
+
+        def walk(tasks, where):
+            for task in tasks or []:
+                if not isinstance(task, dict):
+                    continue
+                target = task.get("ansible.builtin.import_role") or task.get("import_role")
+                if isinstance(target, dict) and target.get("name") == "dsv4.sglang.sglang_services":
+                    if "when" in task or "vars" in task:
+                        found.append(f"{where}: {task.get('name')}")
+                for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks"):
+                    walk(task.get(key), where)
+
+        walk(yaml.safe_load(path.read_text()), path.name)
+    assert not found, found

@@ -18,7 +18,7 @@ from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import ro
 
 ROLES = ("runtime", "genconfig", "services")
 # What the rollout needs to know of each service: its group, what it starts from, where it says it is up.
-UNIT_KEYS = ("name", "group", "mode", "port", "inputs", "health_url")
+UNIT_KEYS = ("name", "group", "mode", "port", "metrics_host", "metrics_port", "inputs", "health_url")
 # Files of the model directory the plan checks are there: the router loads its tokenizer from there, not the Hub.
 MODEL_FILES = ["config.json", "tokenizer.json"]
 

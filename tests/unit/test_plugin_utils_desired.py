@@ -109,7 +109,16 @@ def test_releases_leave_their_lock_text_and_carry_their_size():
 def test_the_gpu_check_counts_the_topologys_gpus_on_real_hosts_only(check_gpus, gpus):
     doc = document(services=services(check_gpus=check_gpus))
     assert doc["checks"] == {"gpus": gpus, "gpus_variable": "sglang_services_topology"}
-    assert doc["units"][0].keys() == {"name", "group", "mode", "port", "inputs", "health_url"}
+    assert doc["units"][0].keys() == {
+        "name",
+        "group",
+        "mode",
+        "port",
+        "metrics_host",
+        "metrics_port",
+        "inputs",
+        "health_url",
+    }
     assert doc["router_url"].startswith("http://127.0.0.1:")
     assert document(services=services(router_tls=True))["router_url"].startswith("https://")
 
@@ -133,3 +142,15 @@ def test_the_whole_document_equals_its_parts_in_any_order():
     for role, settings in (("services", services()), ("runtime", RUNTIME), ("genconfig", GENCONFIG)):
         doc = desired_state(LAYOUT, {role: settings}, render, base=doc, program=program)
     assert doc == whole
+
+
+def test_the_documents_units_are_what_the_monitoring_scrapes():
+    """playbooks/monitoring.yml hands sglang_monitoring the document's units: every key its filters read is there."""
+    from ansible_collections.dsv4.sglang.plugins.filter import sglang_monitoring as mon
+
+    from tests.unit.test_filter_sglang_monitoring import settings
+
+    units = document(services=services())["units"]
+    config = mon.sglang_prometheus_config(units, settings())
+    targets = [target for job in config["scrape_configs"] for c in job["static_configs"] for target in c["targets"]]
+    assert "127.0.0.1:30000" in targets and "127.0.0.1:30001" in targets and "127.0.0.1:29000" in targets
