@@ -355,6 +355,13 @@ def routers_up(sock: str) -> int | None:
     )
 
 
+def sample_up(sock: str, into: list, stop) -> None:
+    """Every 0.5 s until `stop` is set: how many routers the balancer has UP (None: it could not say)."""
+    while not stop.is_set():
+        into.append(routers_up(sock))
+        stop.wait(0.5)
+
+
 def steps_module():
     """module_utils/sglang_steps.py (standard library only): the same schedule the plan computes."""
     import importlib.util
@@ -391,12 +398,7 @@ def steps_under_load(inventory: Path, runs: int) -> list[dict]:
                 ups: list[int | None] = []
                 done = threading.Event()
 
-                def sample(into: list = ups, stop: threading.Event = done) -> None:
-                    while not stop.is_set():
-                        into.append(routers_up(sock))
-                        stop.wait(0.5)
-
-                sampler = threading.Thread(target=sample, daemon=True)
+                sampler = threading.Thread(target=sample_up, args=(sock, ups, done), daemon=True)
                 sampler.start()
                 extra = {**paced, **settings, "sglang_genconfig_temperature": next(temperatures)}
                 argv = [str(BIN / "ansible-playbook"), *inventories, "-l", limit(STEPS_HOSTS), "deploy.yml"]
@@ -464,7 +466,7 @@ def steps_report(results: list[dict], runs: int, command: str) -> str:
             f" | {lost} | {answered} |"
         )
     if len(walls) == 2:
-        (a_wall, a_steps), (b_wall, b_steps) = walls.values()
+        (a_wall, a_steps), (b_wall, b_steps) = list(walls.values())
         ratio = b_wall / a_wall
         lines += [
             "",

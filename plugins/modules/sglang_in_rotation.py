@@ -11,10 +11,10 @@ description:
   - The capacity guard of a progressive rollout counts the inventory's hosts out of rotation before every step;
     this is its one question to a host. A host is in rotation when its router's C(/readiness) answers 200 (the
     router has its workers; a drained router answers 503) and no drain is pending on it (O(drain_state)).
-  - Where the router listens comes from O(router_url) (a host of the run: its desired state) or else from the
-    host's record of its last rollout (O(status_file), written by every apply): a host outside C(--limit) is
-    asked where it said it serves. A host that cannot say, or does not answer, is out of rotation, and C(why)
-    says why: the guard never counts the unknown as available.
+  - Where the router listens comes from O(router_url) (for a host of the run, its desired state) or else from the
+    host's record of its last rollout (O(status_file), written by every apply), so that a host outside C(--limit)
+    is asked where it said it serves. A host that cannot say, or does not answer, is out of rotation, and C(why)
+    says why (the guard never counts the unknown as available).
   - Changes nothing; runs in check mode too.
 options:
   router_url:

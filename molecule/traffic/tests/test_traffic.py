@@ -1,6 +1,6 @@
 """A rollout under live traffic loses nothing: four lab hosts behind the lab balancer, a steady stream of streaming
-chat requests through it, and a sampling change rolled across the four in steps of one host (the capacity guard),
-each analysed on live metrics, with the drain.
+chat requests through it, and a sampling change rolled across the four in growing steps within the capacity guard
+(one host, two, one), each analysed on live metrics, with the drain.
 
 Judged from the client's side (every answer counted by bench/loadgen.py: non-2xx, cut streams, refused
 connections), from the balancer's (its own counters: each router went out of rotation and came back) and from
@@ -33,6 +33,9 @@ RATE = 20
 # other scenarios' lanes beside it: the run's timeout is only a guard against a hang, and the load runs until the
 # test stops it (SIGTERM), so that it never ends before the rollout does.
 ROLLOUT_TIMEOUT = 2400
+# The rollout's steps: the canary, then half the hosts, then the rest; the guard lets two of the four out at once.
+STEPS = {"sglang_rollout_steps": [1, "50%"], "sglang_rollout_max_unavailable": 2}
+STEP_OF = {"dsv4-traf-1": 1, "dsv4-traf-2": 2, "dsv4-traf-3": 2, "dsv4-traf-4": 3}
 
 
 def balancer_stats() -> dict[str, dict[str, str]]:
@@ -76,7 +79,7 @@ def rollout():
     stats = balancer_stats()
     client = load(ROLLOUT_TIMEOUT + 60)
     time.sleep(3)
-    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65}), timeout=ROLLOUT_TIMEOUT)
+    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65, **STEPS}), timeout=ROLLOUT_TIMEOUT)
     # The last host back in rotation gets traffic again before the load stops.
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
@@ -103,21 +106,22 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
 
 def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
     assert rollout["out"].returncode == 0, text(rollout["out"])[-4000:]
-    # Steps of one host (the guard, 10% of four serving hosts, is one): the canary first, then every later step,
-    # each judged on live metrics before the next started: all three rounds ran at every step, and the ones that
-    # passed had real data that found the change sound (every answer served, defaults in effect, no transfer
-    # failure, no repetition). The analysis allows one failed round (sglang_rollout_canary_failure_limit), as the lab
-    # sets it: a p99 of ~80 requests is their slowest one or two, at the mercy of a loaded controller.
+    # Growing steps within the guard (the canary, two hosts, the last one), each judged on live metrics before the
+    # next started: all three rounds ran at every step, and the ones that passed had real data that found the
+    # change sound (every answer served, defaults in effect, no transfer failure, no repetition). The analysis
+    # allows one failed round (sglang_rollout_canary_failure_limit), as the lab sets it: a p99 of ~80 requests is
+    # their slowest one or two, at the mercy of a loaded controller.
     plan = flat(rollout["out"])
     assert (
         "step 1: dsv4-traf-1 (1 of 4); analysis of dsv4-traf-1 against dsv4-traf-2, dsv4-traf-3, dsv4-traf-4"
         " (not yet changed)" in plan
     ), plan[:6000]
-    assert "the guard: at most 1 of the inventory's 4 serving host(s) out of rotation at once" in plan
+    assert "step 2: dsv4-traf-2, dsv4-traf-3 (2 of 4); analysis of dsv4-traf-2, dsv4-traf-3 against dsv4-traf-4" in plan
+    assert "the guard: at most 2 of the inventory's 4 serving host(s) out of rotation at once" in plan
     # The last step has no host left unchanged to compare latencies with; every other check still runs.
-    assert "step 4: dsv4-traf-4 (1 of 4); analysis of dsv4-traf-4 without latency comparison" in plan
+    assert "step 3: dsv4-traf-4 (1 of 4); analysis of dsv4-traf-4 without latency comparison" in plan
     assert "after 10 s, 3 rounds of 15 s, at most 1 failed" in plan
-    for number, name in enumerate(HOSTS, start=1):
+    for name, number in STEP_OF.items():
         # Each round's line, with its values as JSON (quotes escaped where the run printed its results as JSON).
         label = rf"step {number}{' [(]the canary[)]' if number == 1 else ''} analysis of {name}"
         rounds = re.findall(label + r' round ([0-9])/3: (ok|FAILED: .*?) (\{\\?"scraped\\?": [^}]*\})', plan)
@@ -129,7 +133,7 @@ def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_str
             assert values["defaults_in_effect"] == 1 and values["transfer_failures"] == 0, rounds
             assert values["ttft_p99"] > 0 and values["itl_p99"] > 0 and 0 <= values["repetition"] <= 0.5, rounds
             # The last step's latencies are recorded, not compared: no host was left unchanged.
-            assert (values["ttft_p99_stable"] is None) == (number == len(HOSTS)), values
+            assert (values["ttft_p99_stable"] is None) == (number == 3), values
     counted = rollout["tally"]
     assert counted["ok"] >= 100, counted
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
@@ -152,11 +156,18 @@ def test_each_host_restarted_prefill_and_decode_onto_the_new_defaults_and_kept_i
     assert after["router"]["pid"] == before["router"]["pid"]
 
 
-def test_every_host_was_drained_and_put_back_one_at_a_time(rollout):
+def test_every_host_was_drained_and_put_back_step_by_step(rollout):
     output = text(rollout["out"])
-    drained = output.count("TASK [dsv4.sglang.sglang_services : Take the host out of rotation")
-    drained += output.count("RUNNING HANDLER [dsv4.sglang.sglang_services : Take the host out of rotation")
-    assert drained == len(HOSTS)
+    # The hosts each drain took out (one drain task per step, its hosts at once): every host once, never more at
+    # once than the guard lets out (2), in the steps the plan announced.
+    chunks = re.split(r"(?:RUNNING HANDLER|TASK) \[", output)
+    drained = [
+        re.findall(r"^(?:changed|ok): \[(dsv4-traf-\d)\]", chunk, re.MULTILINE)
+        for chunk in chunks
+        if chunk.startswith("dsv4.sglang.sglang_services : Take the host out of rotation")
+    ]
+    # (Sorted: the hosts of one step answer in any order.)
+    assert [sorted(hosts) for hosts in drained] == [["dsv4-traf-1"], ["dsv4-traf-2", "dsv4-traf-3"], ["dsv4-traf-4"]]
     assert output.count("changed: [dsv4-traf-") >= len(HOSTS)
     for name in HOSTS:
         assert not lab_host(name).file("/run/sglang-dsv4/drain.json").exists
