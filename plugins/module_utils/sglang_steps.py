@@ -137,7 +137,8 @@ def describe_step(step: dict[str, Any], total: int, guard_now: int, unavailable:
     """One line of the plan (or of the run, before a step) for one step."""
     size = len(step["hosts"])
     text = f"step {step['step']}: {', '.join(step['hosts'])} ({size} of {total}"
-    if step.get("wanted") and step["wanted"] > size:
+    # Smaller than the step asks only because the guard held hosts back (not because fewer were left).
+    if step.get("wanted") and step["wanted"] > size and step.get("held"):
         text += f"; the step asks {step['wanted']}, the guard allows {size}"
         text += f": {len(unavailable)} of {guard_now} already out of rotation" if unavailable else ""
     text += ")"
@@ -176,7 +177,9 @@ def plan(
     for batch in batches:
         pending = [host for host in pending if host not in batch["hosts"]]
         step = step_of(batch["step"], batch["hosts"], pending, serving, bool(settings["analysis"]))
-        step.update(wanted=batch["wanted"], stopped=batch["stopped"], analysis=bool(settings["analysis"]))
+        step.update(
+            wanted=batch["wanted"], stopped=batch["stopped"], analysis=bool(settings["analysis"]), held=bool(pending)
+        )
         if not batch["stopped"]:
             step["estimate"] = estimate(batch["hosts"], restart_seconds, settings, bool(step["analysed"]))
             total += step["estimate"]
@@ -228,7 +231,7 @@ def next_step(
     batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable))
     after = [host for host in pending if host not in batch["hosts"]]
     step = step_of(number, batch["hosts"], after, serving, bool(settings["analysis"]))
-    step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending)
+    step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending, held=bool(after))
     out = sorted(unavailable)
     if batch["hosts"]:
         step["line"] = describe_step(step, len(changing), allowed, out)

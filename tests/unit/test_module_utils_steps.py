@@ -142,3 +142,11 @@ def test_the_unknown_is_never_counted_as_in_rotation():
         "h6": "MODULE FAILURE",
         "h7": "not asked",
     }
+
+
+def test_a_last_step_smaller_than_it_asks_is_not_blamed_on_the_guard():
+    plan = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS[:4], {}, {**SETTINGS, "steps": [1, "50%"], "max_unavailable": 2}, {})
+    assert [s["hosts"] for s in plan["steps"]] == [["h1"], ["h2", "h3"], ["h4"]]
+    assert plan["lines"][3].startswith("step 3: h4 (1 of 4); analysis of h4 without latency comparison"), plan["lines"]
+    held = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS[:4], {}, {**SETTINGS, "steps": [1, "50%"], "max_unavailable": 1}, {})
+    assert "step 2: h2 (1 of 4; the step asks 2, the guard allows 1)" in held["lines"][2], held["lines"]

@@ -200,8 +200,12 @@ def test_a_fault_on_a_host_of_the_second_step_rolls_that_step_back_and_the_hosts
     client.send_signal(signal.SIGTERM)
     counted = tally(client)
     after = {name: host_state(h) for name, h in hosts.items()}
+    # The canary back to the state the key rotation below starts from (the others are there already), before any
+    # assertion: a failed one must not leave the next test a fleet in another state.
+    back = deploy("-e", json.dumps({"sglang_rollout_analysis": False, **AFTER_ROLLOUT}), timeout=ROLLOUT_TIMEOUT)
     output = flat(out)
     assert out.returncode != 0
+    assert back.returncode == 0 and "apply to 1 of 4 host(s): dsv4-traf-1" in text(back), text(back)[-3000:]
     assert (
         "step 2: dsv4-traf-2, dsv4-traf-3 (2 of 4); analysis of dsv4-traf-2, dsv4-traf-3 against dsv4-traf-4" in output
     )
@@ -220,10 +224,6 @@ def test_a_fault_on_a_host_of_the_second_step_rolls_that_step_back_and_the_hosts
     assert after["dsv4-traf-4"]["files"] == before["dsv4-traf-4"]["files"]
     assert pids(after["dsv4-traf-4"]) == pids(before["dsv4-traf-4"])
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
-    # The canary back to the state the key rotation below starts from (the others are there already).
-    back = deploy("-e", json.dumps({"sglang_rollout_analysis": False, **AFTER_ROLLOUT}), timeout=ROLLOUT_TIMEOUT)
-    assert back.returncode == 0, text(back)[-3000:]
-    assert "apply to 1 of 4 host(s)" in text(back), text(back)[-3000:]
 
 
 # The two hosts whose keys rotate (of the four behind the balancer): the others keep serving on the old keys.
