@@ -7,7 +7,7 @@ first N hosts (--limit):
   floor            a bare `ansible -m ping` plus bench/floor.yml (stat every managed file, check the units), on
                    each N of --sizes
   no-op            ansible-playbook deploy.yml with nothing to do (plan and light proof only), on each N of --sizes
-  sampling change  deploy.yml with a new temperature (all N at once: -e sglang_rollout_batch=N), each N of
+  sampling change  deploy.yml with a new temperature (all N at once: steps [N], guard N), each N of
                    --change-sizes
   by hand          the least a verified change can cost done by hand, on the same N hosts in parallel: write the
                    managed defaults and generation_config.json, restart prefill and decode in one systemctl call,
@@ -45,6 +45,19 @@ SERVICE_PORT_BASE = 23000
 BALANCER_PORT = 23000
 LOAD_RATE = 20
 LOAD_HEADING = "## Under load:"
+STEPS_HEADING = "## Steps and the capacity guard under load"
+# Issue 28's measurement: 8 hosts whose servers take 20 s to load, a sampling change at batch 1 and in steps.
+STEPS_HOSTS = 8
+STEPS_STARTUP = 20
+STEPS_VARIANTS = (
+    ("(a) batch 1", {"sglang_rollout_steps": [1], "sglang_rollout_max_unavailable": 1}),
+    (
+        '(b) steps [1, "25%", "50%"], guard 25%',
+        {"sglang_rollout_steps": [1, "25%", "50%"], "sglang_rollout_max_unavailable": "25%"},
+    ),
+)
+# What a real host's restart is projected with: DeepSeek-V4-Flash's reload onto 8 GPUs, in seconds.
+REAL_RELOAD = 180
 KEY = "/var/lib/sglang-dsv4-lab/id_ed25519"
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
@@ -244,7 +257,11 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
             add(f"no-op, {count} host(s)", seconds, starts_since(count, mark), changed)
         for count in changes:
             mark = second_boundary()
-            extra = {"sglang_genconfig_temperature": next(temperatures), "sglang_rollout_batch": count}
+            extra = {
+                "sglang_genconfig_temperature": next(temperatures),
+                "sglang_rollout_steps": [count],
+                "sglang_rollout_max_unavailable": count,
+            }
             seconds, changed = deploy(inventory, count, extra, times)
             tasks = [json.loads(line) for line in times.read_text().splitlines()]
             add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed, tasks=tasks)
@@ -296,7 +313,7 @@ def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[d
             )
             time.sleep(3)
             mark = second_boundary()
-            extra = {**paced, "sglang_genconfig_temperature": temperature, "sglang_rollout_batch": 1}
+            extra = {**paced, "sglang_genconfig_temperature": temperature, "sglang_rollout_steps": [1]}
             argv = [str(BIN / "ansible-playbook"), *inventories, "-l", limit(hosts), "deploy.yml"]
             # A rollout that fails (and is rolled back) under load is a result too: its outcome is reported.
             seconds, result = timed([*argv, "-e", json.dumps({**extra, "sglang_services_drain": drain})], check=False)
@@ -313,6 +330,167 @@ def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[d
         stop = ["-e", "bench_balancer_state=absent", "-e", f"bench_balancer_port={BALANCER_PORT}"]
         run([str(BIN / "ansible-playbook"), *inventories, "bench/balancer.yml", *stop], check=False)
     return results
+
+
+def routers_up(sock: str) -> int | None:
+    """How many routers the balancer has UP now (HAProxy's runtime socket, `show stat`); None when it cannot say."""
+    import csv
+    import socket
+
+    try:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(2)
+            conn.connect(sock)
+            conn.sendall(b"show stat\n")
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+    except OSError:
+        return None
+    rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
+    return sum(
+        1
+        for row in rows
+        if row["pxname"] == "routers" and row["svname"].startswith(PREFIX) and row["status"].startswith("UP")
+    )
+
+
+def sample_up(sock: str, into: list, stop) -> None:
+    """Every 0.5 s until `stop` is set: how many routers the balancer has UP (None: it could not say)."""
+    while not stop.is_set():
+        into.append(routers_up(sock))
+        stop.wait(0.5)
+
+
+def steps_module():
+    """module_utils/sglang_steps.py (standard library only): the same schedule the plan computes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sglang_steps", ROOT / "plugins/module_utils/sglang_steps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def steps_under_load(inventory: Path, runs: int) -> list[dict]:
+    """A sampling change over STEPS_HOSTS hosts under steady load, at batch 1 and in growing steps with the guard:
+    wall time, the fewest routers the balancer had UP (sampled every 0.5 s), requests lost."""
+    import threading
+
+    inventories = ["-i", "inventories/lab", "-i", str(inventory)]
+    paced = {"sglang_lab_token_seconds": 0.02, "sglang_lab_balancer": True, "sglang_lab_startup_seconds": STEPS_STARTUP}
+    all_at_once = {"sglang_rollout_steps": [STEPS_HOSTS], "sglang_rollout_max_unavailable": STEPS_HOSTS}
+    deploy(inventory, STEPS_HOSTS, {**paced, **all_at_once})
+    balancer = ["-e", f"bench_balancer_port={BALANCER_PORT}"]
+    run([str(BIN / "ansible-playbook"), *inventories, "bench/balancer.yml", *balancer])
+    sock = "/var/lib/sglang-dsv4-lab/balancer/bench.sock"
+    key = lab_key()
+    temperatures = iter([0.7, 0.65] * (runs + 1))
+    results = []
+    try:
+        for index in range(runs):
+            for name, settings in STEPS_VARIANTS:
+                loadgen = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER_PORT), "--key", key]
+                client = subprocess.Popen(
+                    [*loadgen, "--rate", str(LOAD_RATE), "--seconds", "7200"], stdout=subprocess.PIPE, text=True
+                )
+                time.sleep(3)
+                ups: list[int | None] = []
+                done = threading.Event()
+
+                sampler = threading.Thread(target=sample_up, args=(sock, ups, done), daemon=True)
+                sampler.start()
+                extra = {**paced, **settings, "sglang_genconfig_temperature": next(temperatures)}
+                argv = [str(BIN / "ansible-playbook"), *inventories, "-l", limit(STEPS_HOSTS), "deploy.yml"]
+                seconds, result = timed([*argv, "-e", json.dumps(extra)], check=False)
+                time.sleep(3)
+                done.set()
+                sampler.join()
+                client.send_signal(signal.SIGTERM)
+                tally = json.loads(client.communicate(timeout=600)[0].strip().splitlines()[-1])
+                taken = [int(n) for n in re.findall(r"msg: .?step (\d+): dsv4-bench", result.stdout)]
+                entry = {
+                    "name": name,
+                    "run": index + 1,
+                    "seconds": seconds,
+                    "ok": result.returncode == 0,
+                    "steps": max(taken) if taken else 0,
+                    "fewest_up": min((u for u in ups if u is not None), default=None),
+                    "unknown_samples": sum(1 for u in ups if u is None),
+                    "samples": len(ups),
+                    "tally": tally,
+                }
+                results.append(entry)
+                print(f"steps under load: {json.dumps(entry)}", flush=True)
+                if result.returncode != 0:
+                    print(result.stdout[-3000:], result.stderr[-2000:], flush=True)
+                    deploy(inventory, STEPS_HOSTS, {**paced, **all_at_once})
+    finally:
+        stop = ["-e", "bench_balancer_state=absent", *balancer]
+        run([str(BIN / "ansible-playbook"), *inventories, "bench/balancer.yml", *stop], check=False)
+    return results
+
+
+def steps_report(results: list[dict], runs: int, command: str) -> str:
+    steps = steps_module()
+    lines = [
+        STEPS_HEADING,
+        "",
+        f"{STEPS_HOSTS} lab hosts behind the lab balancer (HAProxy), their servers taking {STEPS_STARTUP} s to load"
+        f" (`sglang_lab_startup_seconds`), {LOAD_RATE} streaming chat requests per second through the balancer,"
+        f" a sampling change over all {STEPS_HOSTS}. Wall time is the whole `deploy.yml` run (plan included);"
+        " the fewest routers UP is sampled from HAProxy's stats every 0.5 s; lost is every request not answered"
+        f" 200 in full (non-2xx, cut mid-stream, refused). `{command}`, {runs} run(s)"
+        + (" (medians of 3 would take about 40 minutes more on this 2-core machine)" if runs < 3 else " (medians)")
+        + ".",
+        "",
+        "| rollout | steps taken | wall | fewest routers UP | goal | lost | answered |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    walls = {}
+    for name, settings in STEPS_VARIANTS:
+        mine = [r for r in results if r["name"] == name]
+        if not mine:
+            continue
+        wall = statistics.median(r["seconds"] for r in mine)
+        walls[name] = (wall, statistics.median(r["steps"] for r in mine))
+        guard = steps.guard(settings["sglang_rollout_max_unavailable"], STEPS_HOSTS)
+        fewest = min(r["fewest_up"] for r in mine if r["fewest_up"] is not None)
+        lost = sum(r["tally"]["non_2xx"] + r["tally"]["truncated"] + r["tally"]["failed"] for r in mine)
+        answered = sum(r["tally"]["ok"] for r in mine)
+        unknown = sum(r["unknown_samples"] for r in mine)
+        met = "met" if fewest >= STEPS_HOSTS - guard else "NOT met"
+        lines.append(
+            f"| {name} | {walls[name][1]:.0f} | {wall:.0f} s | {fewest} of {STEPS_HOSTS}"
+            f"{f' ({unknown} samples unreadable)' if unknown else ''} | >= {STEPS_HOSTS - guard}: {met}"
+            f" | {lost} | {answered} |"
+        )
+    if len(walls) == 2:
+        (a_wall, a_steps), (b_wall, b_steps) = list(walls.values())
+        ratio = b_wall / a_wall
+        lines += [
+            "",
+            f"(b) took **{ratio:.2f}x** (a)'s wall time (goal: at most 0.4x: {'met' if ratio <= 0.4 else 'NOT met'}).",
+            "",
+            f"Projection to a real fleet, from the measured time per step (wall time over steps taken: (a) "
+            f"{a_wall / a_steps:.0f} s, (b) {b_wall / b_steps:.0f} s) with the lab's {STEPS_STARTUP} s load replaced"
+            f" by a {REAL_RELOAD} s reload of DeepSeek-V4-Flash (the batches as module_utils/sglang_steps.py makes"
+            " them, no host down before the run, the analysis off as here; with it on, add its soak and rounds to"
+            " every step):",
+            "",
+            "| hosts | (a) steps | (a) time | (b) steps | (b) time |",
+            "|---|---|---|---|---|",
+        ]
+        for hosts in (100, 1000):
+            names = [f"h{n}" for n in range(hosts)]
+            counts = []
+            for (_name, settings), (wall, taken) in zip(STEPS_VARIANTS, walls.values(), strict=True):
+                allowed = steps.guard(settings["sglang_rollout_max_unavailable"], hosts)
+                batches = steps.schedule(names, settings["sglang_rollout_steps"], allowed, [])
+                per_step = wall / taken - STEPS_STARTUP + REAL_RELOAD
+                counts.append((len(batches), len(batches) * per_step / 3600))
+            lines.append(f"| {hosts} | {counts[0][0]} | {counts[0][1]:.1f} h | {counts[1][0]} | {counts[1][1]:.1f} h |")
+    return "\n".join(lines) + "\n"
 
 
 def outcome_of(output: str) -> str:
@@ -539,7 +717,7 @@ Starts are the `Started sglang-dsv4-*` lines in the hosts' journals during the s
   read of each host) and the light proof (health, `/server_info`, the startup line of each server's current
   start); no host is locked or changed.
 - *sampling change*: a new temperature through `deploy.yml`, all hosts in one batch
-  (`-e sglang_rollout_batch=N`): plan, lock, snapshot, write, drain, restart prefill and decode, back into
+  (steps `[N]`, guard `N`): plan, lock, snapshot, write, drain, restart prefill and decode, back into
   rotation, full verification (health, `/server_info`, the startup line, four chat requests and one at
   temperature 0), result, unlock.
 - *by hand*: the least a verified change can cost, every host in parallel over one ssh session each: write the
@@ -595,9 +773,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--load-only", action="store_true", help="only the rollout under load; replaces that section of --output"
     )
+    parser.add_argument(
+        "--steps-only", action="store_true", help="only the steps under load (8 hosts); replaces that section"
+    )
     args = parser.parse_args(argv)
     if len(args.sizes) < 2 and not args.load_only:
         parser.error(f"--sizes {','.join(map(str, args.sizes))}: the slopes need at least two host counts, such as 1,2")
+    if args.steps_only:
+        return steps_main(args, argv)
     hosts = max([*args.sizes, *args.change_sizes, 4 if args.load or args.load_only else 1])
     with tempfile.TemporaryDirectory() as tmp:
         inventory = Path(tmp) / "hosts.yml"
@@ -611,11 +794,32 @@ def main(argv: list[str]) -> int:
     command = "make bench" if argv == [] else f".venv/bin/python bench/bench.py {' '.join(argv)}"
     old = args.output.read_text() if args.output.exists() else ""
     kept = (LOAD_HEADING + old.split(LOAD_HEADING, 1)[1]) if LOAD_HEADING in old else ""
+    kept = kept.split(STEPS_HEADING, 1)[0]
+    stepped = (STEPS_HEADING + old.split(STEPS_HEADING, 1)[1]) if STEPS_HEADING in old else ""
     loads = load_report(loaded, 4, command) if loaded else "\n" + kept if kept else ""
+    tail = ("\n" + stepped) if stepped else ""
     if args.load_only:
-        args.output.write_text(old.split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" + loads)
+        args.output.write_text(old.split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" + loads + tail)
     else:
-        args.output.write_text(report(samples, args.sizes, args.change_sizes, args.runs, command) + loads)
+        args.output.write_text(report(samples, args.sizes, args.change_sizes, args.runs, command) + loads + tail)
+    print(args.output.read_text())
+    return 0
+
+
+def steps_main(args: argparse.Namespace, argv: list[str]) -> int:
+    """--steps-only: boot STEPS_HOSTS lab hosts, measure, and replace the steps section of --output."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inventory = Path(tmp) / "hosts.yml"
+        lab(STEPS_HOSTS, "absent", inventory)
+        lab(STEPS_HOSTS, "present", inventory)
+        try:
+            results = steps_under_load(inventory, args.runs)
+        finally:
+            lab(STEPS_HOSTS, "absent", inventory)
+    command = f".venv/bin/python bench/bench.py {' '.join(argv)}"
+    old = args.output.read_text() if args.output.exists() else ""
+    before = old.split(STEPS_HEADING, 1)[0].rstrip("\n")
+    args.output.write_text(before + "\n\n" + steps_report(results, args.runs, command))
     print(args.output.read_text())
     return 0
 

@@ -361,7 +361,7 @@ def test_no_import_of_the_services_role_carries_a_condition_or_variables_its_han
     """Ansible gives a role's handlers the `when` and `vars` of the role's imports: a condition on one import of
     sglang_services (a step that should run only sometimes) skipped its restart handler on every first deploy."""
     found = []
-    for path in sorted((ROOT / "playbooks").glob("*.yml")):
+    for path in sorted((ROOT / "playbooks").glob("**/*.yml")):
 
         def walk(tasks, where):
             for task in tasks or []:

@@ -95,11 +95,15 @@ def verdict(
     thresholds: dict[str, Any],
     answers: list[dict[str, Any]] | None,
     failed_queries: list[str] | tuple[str, ...] = (),
+    compare: bool = True,
 ) -> dict[str, Any]:
-    """One round for one canary host: {"ok", "failures": [reasons], "values": {check: value}}.
+    """One round for one analysed host (the canary, or a host of a later step): {"ok", "failures": [reasons],
+    "values": {check: value}}.
 
-    `answers` are the canary router's answers to the fixed prompts ({status, content}); `failed_queries` the checks
-    whose Prometheus query failed: each fails the round, whatever a missing series would otherwise mean."""
+    `answers` are the host router's answers to the fixed prompts ({status, content}); `failed_queries` the checks
+    whose Prometheus query failed: each fails the round, whatever a missing series would otherwise mean. Without
+    `compare` (no serving host is left unchanged: the last step), the latencies are recorded, not compared; every
+    other check runs as always."""
     t = normalize(thresholds)[0]
     failures: list[str] = [f"no data: the {check} query failed" for check in sorted(set(failed_queries))]
     values: dict[str, Any] = {}
@@ -123,6 +127,8 @@ def verdict(
     for check, label in (("ttft_p99", "time to first token p99"), ("itl_p99", "inter-token latency p99")):
         mine, theirs = own(check), baseline(check)
         values[check], values[f"{check}_stable"] = mine, theirs
+        if not compare:
+            continue
         if mine is None or theirs is None:
             failures.append(f"no data: {label} of the {'canary' if mine is None else 'hosts not yet changed'}")
             continue

@@ -20,6 +20,7 @@ PROPERTIES = (
     "NeedDaemonReload",
     "UnitFileState",
     "LoadState",
+    "ExecMainStartTimestampMonotonic",
 )
 
 

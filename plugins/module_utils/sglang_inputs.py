@@ -44,6 +44,10 @@ REMOVED_VARIABLES: dict[str, str] = {
     "sglang_runtime_standin_dir": "nothing: the lab installs its stand-in itself (roles/lab_hosts, sglang_lab_standin)",
     "sglang_services_sampling_defaults": "nothing: the servers always run with --sampling-defaults model (without it"
     " SGLang ignores generation_config.json)",
+    "sglang_rollout_batch": "sglang_rollout_steps, a list of host counts or percentages (for example [1, '10%',"
+    " '25%']; the last step repeats), bounded by sglang_rollout_max_unavailable",
+    "sglang_rollout_canary": "sglang_rollout_steps (its first step is the canary) and sglang_rollout_analysis"
+    " (false: no analysis on live metrics)",
 }
 
 

@@ -56,3 +56,34 @@ def logged_defaults(run: Run, invocation: str) -> dict[str, Any] | None:
     if rc != 0:
         return None
     return startup_defaults("\n".join(line for line in journal.splitlines() if STARTUP_MARK in line))
+
+
+READY_MARK = "The server is fired up and ready to roll"
+
+
+def ready_seconds(run: Run, invocation: str, started_usec: int) -> float | None:
+    """Seconds from the unit's current start (its main process's start, CLOCK_MONOTONIC microseconds) to SGLang's
+    ready line in that invocation's journal: how long the host's last restart took to load. None when either is
+    not on record (no current start, the line not logged yet, or the journal rotated away)."""
+    if not invocation or not started_usec:
+        return None
+    rc, journal, _err = bounded(
+        run,
+        [
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "json",
+            "-n",
+            "1",
+            "--grep",
+            READY_MARK,
+            f"_SYSTEMD_INVOCATION_ID={invocation}",
+        ],
+    )
+    try:
+        entry = json.loads(journal.strip().splitlines()[-1]) if rc == 0 and journal.strip() else None
+        ready = int(entry["__MONOTONIC_TIMESTAMP"]) if entry else 0
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    return round((ready - started_usec) / 1e6, 1) if ready >= started_usec > 0 else None

@@ -328,6 +328,7 @@ def main() -> None:
             "sub": props.get("SubState", ""),
             "invocation": props.get("InvocationID", ""),
             "pid": int(props.get("MainPID") or 0),
+            "started_usec": int(props.get("ExecMainStartTimestampMonotonic") or 0),
             "need_reload": props.get("NeedDaemonReload") == "yes",
             # No unit file at all (never installed, or removed by a rollback of a first deploy).
             "installed": props.get("LoadState", "not-found") != "not-found",
@@ -362,6 +363,16 @@ def main() -> None:
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
 
     errors = check_errors(module.run_command, params["checks"]) + release_errors
+    if params["against"] == "desired":
+        # How long this host's servers took to load at their last start (the plan's estimate of a restart).
+        loads = [
+            sglang_probe.ready_seconds(
+                module.run_command, state[u["name"]]["invocation"], state[u["name"]]["started_usec"]
+            )
+            for u in params["units"]
+            if u["group"] == "servers" and state[u["name"]]["active"] == "active"
+        ]
+        plan["restart_seconds"] = max(loads) if loads and None not in loads else None
     plan["releases"] = releases
     plan["releases_found"] = releases_found(params["releases"])
     result = {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.dsv4.sglang.plugins.filter.sglang_canary import sglang_canary_plan
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_canary as canary
 
 THRESHOLDS = {
@@ -173,16 +172,26 @@ def test_thresholds_from_the_command_line_are_numbers_too():
     assert canary.threshold_errors(dict.fromkeys(THRESHOLDS, "1") | {"count": "5", "interval": "60"}) == []
 
 
-def test_the_plan_compares_the_canary_only_with_hosts_that_serve_and_change_later():
-    prometheus = {"host": "prom-1", "url": "http://127.0.0.1:9090"}
-    hosts = ["gpu-1", "gpu-2", "gpu-3"]
-    plan = sglang_canary_plan(hosts, 1, prometheus, THRESHOLDS, serving=["gpu-1", "gpu-3"])
-    assert (plan["hosts"], plan["stable"], plan["analysis"]) == (["gpu-1"], ["gpu-3"], True)
-    assert "after 60 s, 5 rounds of 60 s, at most 3 failed" in plan["lines"][1]
-    first_start = sglang_canary_plan(hosts, 1, prometheus, THRESHOLDS, serving=[])
-    assert not first_start["analysis"] and first_start["hosts"] == []
-    assert "none of gpu-2, gpu-3 serves yet" in first_start["lines"][0]
-    alone = sglang_canary_plan(["gpu-1"], 1, prometheus, THRESHOLDS, serving=["gpu-1"])
-    assert not alone["analysis"] and "no host changes after the first batch" in alone["lines"][0]
-    off = sglang_canary_plan(hosts, 0, prometheus, THRESHOLDS, serving=hosts)
-    assert not off["analysis"] and off["hosts"] == [] and "sglang_rollout_canary=0" in off["lines"][0]
+def test_without_hosts_left_unchanged_the_latencies_are_recorded_not_compared():
+    samples = {
+        "scraped": {"gpu-3": 1.0},
+        "requests": {"gpu-3": 120.0},
+        "success": {"gpu-3": 1.0},
+        "ttft_p99": {"gpu-3": 9.0},
+        "itl_p99": {"gpu-3": 0.02},
+        "defaults_in_effect": {"gpu-3": 1.0},
+    }
+    answers = [
+        {
+            "status": 200,
+            "content": "A lighthouse keeper climbs the narrow stairs at dusk to light the lamp for ships at sea.",
+        }
+    ]
+    alone = canary.verdict(samples, "gpu-3", [], THRESHOLDS, answers, [], compare=False)
+    assert alone["ok"], alone
+    assert alone["values"]["ttft_p99"] == 9.0 and alone["values"]["ttft_p99_stable"] is None
+    compared = canary.verdict(samples, "gpu-3", [], THRESHOLDS, answers, [])
+    assert "no data: time to first token p99 of the hosts not yet changed" in compared["failures"]
+    # Every other check still runs: a failed request fails the round.
+    worse = canary.verdict({**samples, "success": {"gpu-3": 0.5}}, "gpu-3", [], THRESHOLDS, answers, [], compare=False)
+    assert not worse["ok"] and "success ratio 0.5000" in worse["failures"][0]

@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
-EXPECTED_TEMPERATURE = {"dsv4-fleet-1": 0.7, "dsv4-fleet-2": 0.6, "dsv4-fleet-3": 0.6}
+# The side effect ends with a paused run and its resume back to the inventory's defaults (it checks what the failed
+# rollout left before that, and what the pause left in between).
+EXPECTED_TEMPERATURE = {"dsv4-fleet-1": 0.6, "dsv4-fleet-2": 0.6, "dsv4-fleet-3": 0.6}
 
 
 def name(host) -> str:
     return host.check_output("hostname")
 
 
-def test_each_host_holds_the_temperature_its_batch_left(host):
+def test_each_host_holds_the_temperature_the_resumed_run_left(host):
     assert json.loads(host.file(GENCONFIG).content_string)["temperature"] == EXPECTED_TEMPERATURE[name(host)]
 
 
@@ -44,14 +46,6 @@ def test_each_host_keeps_each_runs_own_snapshot_covering_every_file_it_may_chang
         "/etc/sglang-dsv4/sampling-defaults.json",
     ):
         assert path in everything
-
-
-def test_the_rolled_back_server_logged_the_old_defaults(host):
-    if name(host) != "dsv4-fleet-2":
-        pytest.skip("only dsv4-fleet-2 was rolled back")
-    invocation = host.check_output("systemctl show -P InvocationID sglang-dsv4-prefill")
-    log = host.check_output(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
-    assert "{'temperature': 0.6, 'top_p': 0.95}" in log
 
 
 def test_each_lab_host_runs_its_services_in_cgroups_of_its_own(host):

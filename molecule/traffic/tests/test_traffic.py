@@ -1,5 +1,6 @@
 """A rollout under live traffic loses nothing: four lab hosts behind the lab balancer, a steady stream of streaming
-chat requests through it, and a sampling change rolled across the four, one host at a time, with the drain.
+chat requests through it, and a sampling change rolled across the four in growing steps within the capacity guard
+(one host, two, one), each analysed on live metrics, with the drain.
 
 Judged from the client's side (every answer counted by bench/loadgen.py: non-2xx, cut streams, refused
 connections), from the balancer's (its own counters: each router went out of rotation and came back) and from
@@ -32,6 +33,9 @@ RATE = 20
 # other scenarios' lanes beside it: the run's timeout is only a guard against a hang, and the load runs until the
 # test stops it (SIGTERM), so that it never ends before the rollout does.
 ROLLOUT_TIMEOUT = 2400
+# The rollout's steps: the canary, then half the hosts, then the rest; the guard lets two of the four out at once.
+STEPS = {"sglang_rollout_steps": [1, "50%"], "sglang_rollout_max_unavailable": 2}
+STEP_OF = {"dsv4-traf-1": 1, "dsv4-traf-2": 2, "dsv4-traf-3": 2, "dsv4-traf-4": 3}
 
 
 def balancer_stats() -> dict[str, dict[str, str]]:
@@ -75,7 +79,7 @@ def rollout():
     stats = balancer_stats()
     client = load(ROLLOUT_TIMEOUT + 60)
     time.sleep(3)
-    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65}), timeout=ROLLOUT_TIMEOUT)
+    out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65, **STEPS}), timeout=ROLLOUT_TIMEOUT)
     # The last host back in rotation gets traffic again before the load stops.
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
@@ -87,9 +91,9 @@ def rollout():
         "after": {name: host_state(h) for name, h in hosts.items()},
         "stats": (stats, balancer_stats()),
     }
-    # Back to the inventory with no load running: a canary without traffic has no data and fails (by design), so
+    # Back to the inventory with no load running: an analysis without traffic has no data and fails (by design), so
     # this one goes without.
-    back = deploy("-e", json.dumps({"sglang_rollout_canary": 0}), timeout=ROLLOUT_TIMEOUT)
+    back = deploy("-e", json.dumps({"sglang_rollout_analysis": False}), timeout=ROLLOUT_TIMEOUT)
     assert back.returncode == 0, text(back)[-3000:]
 
 
@@ -102,22 +106,34 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
 
 def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
     assert rollout["out"].returncode == 0, text(rollout["out"])[-4000:]
-    # The canary went first, alone, and passed its analysis before any other host changed: all three rounds ran, and
-    # the ones that passed had real data that found the change sound (every answer served, defaults in effect, no
-    # transfer failure, no repetition). The analysis allows one failed round (sglang_rollout_canary_failure_limit),
-    # as the lab sets it: a p99 of ~80 requests is their slowest one or two, at the mercy of a loaded controller.
+    # Growing steps within the guard (the canary, two hosts, the last one), each judged on live metrics before the
+    # next started: all three rounds ran at every step, and the ones that passed had real data that found the
+    # change sound (every answer served, defaults in effect, no transfer failure, no repetition). The analysis
+    # allows one failed round (sglang_rollout_canary_failure_limit), as the lab sets it: a p99 of ~80 requests is
+    # their slowest one or two, at the mercy of a loaded controller.
     plan = flat(rollout["out"])
-    assert "canary: dsv4-traf-1, judged against dsv4-traf-2, dsv4-traf-3, dsv4-traf-4 (not yet changed)" in plan
+    assert (
+        "step 1: dsv4-traf-1 (1 of 4); analysis of dsv4-traf-1 against dsv4-traf-2, dsv4-traf-3, dsv4-traf-4"
+        " (not yet changed)" in plan
+    ), plan[:6000]
+    assert "step 2: dsv4-traf-2, dsv4-traf-3 (2 of 4); analysis of dsv4-traf-2, dsv4-traf-3 against dsv4-traf-4" in plan
+    assert "the guard: at most 2 of the inventory's 4 serving host(s) out of rotation at once" in plan
+    # The last step has no host left unchanged to compare latencies with; every other check still runs.
+    assert "step 3: dsv4-traf-4 (1 of 4); analysis of dsv4-traf-4 without latency comparison" in plan
     assert "after 10 s, 3 rounds of 15 s, at most 1 failed" in plan
-    # Each round's line, with its values as JSON (quotes escaped where the run printed its results as JSON).
-    rounds = re.findall(r'canary dsv4-traf-1 round ([0-9])/3: (ok|FAILED: .*?) (\{\\?"scraped\\?": [^}]*\})', plan)
-    assert [number for number, _verdict, _values in rounds] == ["1", "2", "3"], rounds
-    passed = [json.loads(values.replace('\\"', '"')) for _number, verdict, values in rounds if verdict == "ok"]
-    assert len(passed) >= 2, rounds
-    for values in passed:
-        assert values["scraped"] == 1 and values["requests"] > 0 and values["success"] >= 0.99, rounds
-        assert values["defaults_in_effect"] == 1 and values["transfer_failures"] == 0, rounds
-        assert values["ttft_p99"] > 0 and values["itl_p99"] > 0 and 0 <= values["repetition"] <= 0.5, rounds
+    for name, number in STEP_OF.items():
+        # Each round's line, with its values as JSON (quotes escaped where the run printed its results as JSON).
+        label = rf"step {number}{' [(]the canary[)]' if number == 1 else ''} analysis of {name}"
+        rounds = re.findall(label + r' round ([0-9])/3: (ok|FAILED: .*?) (\{\\?"scraped\\?": [^}]*\})', plan)
+        assert [n for n, _verdict, _values in rounds] == ["1", "2", "3"], (name, rounds)
+        passed = [json.loads(values.replace('\\"', '"')) for _n, verdict, values in rounds if verdict == "ok"]
+        assert len(passed) >= 2, rounds
+        for values in passed:
+            assert values["scraped"] == 1 and values["requests"] > 0 and values["success"] >= 0.99, rounds
+            assert values["defaults_in_effect"] == 1 and values["transfer_failures"] == 0, rounds
+            assert values["ttft_p99"] > 0 and values["itl_p99"] > 0 and 0 <= values["repetition"] <= 0.5, rounds
+            # The last step's latencies are recorded, not compared: no host was left unchanged.
+            assert (values["ttft_p99_stable"] is None) == (number == 3), values
     counted = rollout["tally"]
     assert counted["ok"] >= 100, counted
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
@@ -140,11 +156,18 @@ def test_each_host_restarted_prefill_and_decode_onto_the_new_defaults_and_kept_i
     assert after["router"]["pid"] == before["router"]["pid"]
 
 
-def test_every_host_was_drained_and_put_back_one_at_a_time(rollout):
+def test_every_host_was_drained_and_put_back_step_by_step(rollout):
     output = text(rollout["out"])
-    drained = output.count("TASK [dsv4.sglang.sglang_services : Take the host out of rotation")
-    drained += output.count("RUNNING HANDLER [dsv4.sglang.sglang_services : Take the host out of rotation")
-    assert drained == len(HOSTS)
+    # The hosts each drain took out (one drain task per step, its hosts at once): every host once, never more at
+    # once than the guard lets out (2), in the steps the plan announced.
+    chunks = re.split(r"(?:RUNNING HANDLER|TASK) \[", output)
+    drained = [
+        re.findall(r"^(?:changed|ok): \[(dsv4-traf-\d)\]", chunk, re.MULTILINE)
+        for chunk in chunks
+        if chunk.startswith("dsv4.sglang.sglang_services : Take the host out of rotation")
+    ]
+    # (Sorted: the hosts of one step answer in any order.)
+    assert [sorted(hosts) for hosts in drained] == [["dsv4-traf-1"], ["dsv4-traf-2", "dsv4-traf-3"], ["dsv4-traf-4"]]
     assert output.count("changed: [dsv4-traf-") >= len(HOSTS)
     for name in HOSTS:
         assert not lab_host(name).file("/run/sglang-dsv4/drain.json").exists
@@ -154,41 +177,59 @@ def pids(state: dict) -> dict:
     return {unit: (entry["pid"], entry["invocation"]) for unit, entry in state["units"].items()}
 
 
-def test_a_change_that_slows_the_first_token_is_stopped_at_the_canary_and_no_other_host_changes(rollout):
-    """A change every host's own verification passes (answers come, 1 s late), that only the comparison of live
-    latency with the hosts not yet changed finds: the canary fails its analysis, is rolled back, and the rollout
-    stops before any other host changes; the clients lose nothing (the canary drains out and back)."""
+def test_a_fault_on_a_host_of_the_second_step_rolls_that_step_back_and_the_hosts_after_it_are_untouched(
+    rollout, tmp_path
+):
+    """A change every host's own verification passes, with a fault only one host of the second step shows, and only
+    under load (its first token 1 s late): the canary passes its analysis and keeps the change; the second step
+    (two hosts: the guard is 2 here) fails its analysis on that host, so both of its hosts are rolled back, the
+    host after it never changes, and the clients lose nothing."""
     hosts = {name: lab_host(name) for name in HOSTS}
     before = {name: host_state(h) for name, h in hosts.items()}
+    fault = tmp_path / "fault.yml"
+    fault.write_text("sglang_dsv4:\n  hosts:\n    dsv4-traf-3:\n      sglang_lab_first_token_seconds: 1.0\n")
     client = load(ROLLOUT_TIMEOUT + 60)
     time.sleep(3)
-    # The inventory's state after the rollout above, plus the lab fault.
-    out = deploy(
-        "-e",
-        json.dumps({"sglang_genconfig_temperature": 0.65, "sglang_lab_first_token_seconds": 1.0}),
-        timeout=ROLLOUT_TIMEOUT,
-    )
+    settings = {
+        "sglang_genconfig_temperature": 0.7,
+        "sglang_rollout_steps": [1, 2],
+        "sglang_rollout_max_unavailable": 2,
+    }
+    out = deploy("-i", str(fault), "-e", json.dumps(settings), timeout=ROLLOUT_TIMEOUT)
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
     counted = tally(client)
     after = {name: host_state(h) for name, h in hosts.items()}
+    # The canary back to the state the key rotation below starts from (the others are there already), before any
+    # assertion: a failed one must not leave the next test a fleet in another state.
+    back = deploy("-e", json.dumps({"sglang_rollout_analysis": False, **AFTER_ROLLOUT}), timeout=ROLLOUT_TIMEOUT)
     output = flat(out)
     assert out.returncode != 0
-    assert "canary dsv4-traf-1 failed its analysis" in output and "time to first token p99" in output, output[-4000:]
-    assert "dsv4-traf-1 was rolled back to its state before this run" in output
-    # The canary: its files byte for byte as before, every service running from them (new server processes).
-    assert after["dsv4-traf-1"]["files"] == before["dsv4-traf-1"]["files"]
+    assert back.returncode == 0 and "apply to 1 of 4 host(s): dsv4-traf-1" in text(back), text(back)[-3000:]
+    assert (
+        "step 2: dsv4-traf-2, dsv4-traf-3 (2 of 4); analysis of dsv4-traf-2, dsv4-traf-3 against dsv4-traf-4" in output
+    )
+    assert re.search(r"step 1 \(the canary\) analysis of dsv4-traf-1 round 3/3", output), output[-6000:]
+    assert "step 2 failed its analysis: dsv4-traf-3: " in output and "time to first token p99" in output, output[-6000:]
+    assert "step 2 failed on dsv4-traf-2, dsv4-traf-3" in output and "1 host(s) not changed: dsv4-traf-4" in output
+    # The canary kept the change and runs from it.
+    assert after["dsv4-traf-1"]["files"] != before["dsv4-traf-1"]["files"]
     assert runs_from_disk(after["dsv4-traf-1"]) == []
-    # Every other host: files and processes untouched.
-    for name in HOSTS[1:]:
+    # The second step, both hosts: files byte for byte as before, every service running from them.
+    for name in ("dsv4-traf-2", "dsv4-traf-3"):
+        assert f"{name} was rolled back to its state before this run" in output, name
         assert after[name]["files"] == before[name]["files"], name
-        assert pids(after[name]) == pids(before[name]), name
+        assert runs_from_disk(after[name]) == [], name
+    # The host after it: files and processes untouched.
+    assert after["dsv4-traf-4"]["files"] == before["dsv4-traf-4"]["files"]
+    assert pids(after["dsv4-traf-4"]) == pids(before["dsv4-traf-4"])
     assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
 
 
 # The two hosts whose keys rotate (of the four behind the balancer): the others keep serving on the old keys.
 ROTATED = HOSTS[:2]
-# The state the rollout above left on every host (the canary's fault was rolled back): a rotation changes only keys.
+# The state the rollout above left on every host (and the fault's step rolled back, its canary put back): a rotation
+# changes only keys.
 AFTER_ROLLOUT = {"sglang_genconfig_temperature": 0.65}
 
 
@@ -205,7 +246,7 @@ def rotate(settings: dict, keys: tuple[str, ...]) -> tuple[subprocess.CompletedP
     client = load(ROLLOUT_TIMEOUT + 60, *keys)
     time.sleep(3)
     limit = ",".join(ROTATED)
-    extra = {"sglang_rollout_canary": 0, **AFTER_ROLLOUT, **settings}
+    extra = {"sglang_rollout_analysis": False, **AFTER_ROLLOUT, **settings}
     out = deploy("--limit", limit, "-e", json.dumps(extra), timeout=ROLLOUT_TIMEOUT)
     time.sleep(3)
     client.send_signal(signal.SIGTERM)
@@ -254,5 +295,5 @@ def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_r
 
 
 def back_to_inventory() -> None:
-    back = deploy("-e", json.dumps({"sglang_rollout_canary": 0}), timeout=ROLLOUT_TIMEOUT)
+    back = deploy("-e", json.dumps({"sglang_rollout_analysis": False}), timeout=ROLLOUT_TIMEOUT)
     assert back.returncode == 0, text(back)[-3000:]

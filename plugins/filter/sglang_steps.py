@@ -1,0 +1,55 @@
+"""Filters of progressive rollouts: the steps' and the guard's input errors, the plan's steps with their estimates,
+and the step a run takes now (module_utils/sglang_steps.py holds the rules)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_steps
+
+
+def sglang_step_errors(steps: Any, max_unavailable: Any) -> list[str]:
+    """What is wrong with sglang_rollout_steps and sglang_rollout_max_unavailable, naming each variable."""
+    return sglang_steps.step_errors(steps, max_unavailable)
+
+
+def sglang_rollout_schedule(
+    changing: list[str],
+    serving: list[str],
+    inventory: list[str],
+    unavailable: dict[str, str],
+    settings: dict[str, Any],
+    restart_seconds: dict[str, Any],
+) -> dict[str, Any]:
+    """The run's steps as planned now, with the guard, the analysis of each step and the estimates."""
+    return sglang_steps.plan(changing, serving, inventory, unavailable, settings, restart_seconds)
+
+
+def sglang_rollout_next_step(
+    number: int,
+    changing: list[str],
+    done: list[str],
+    serving: list[str],
+    inventory: list[str],
+    unavailable: dict[str, str],
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The step the run takes now, from the health read just before it."""
+    return sglang_steps.next_step(int(number), changing, done, serving, inventory, unavailable, settings)
+
+
+def sglang_out_of_rotation(
+    inventory: list[str], own: dict[str, Any], alive: list[str], others: list[dict[str, Any]]
+) -> dict[str, str]:
+    """The inventory's hosts out of rotation now, each with why (no answer counts as out)."""
+    return sglang_steps.out_of_rotation(inventory, own, alive, others)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sglang_step_errors": sglang_step_errors,
+            "sglang_rollout_schedule": sglang_rollout_schedule,
+            "sglang_rollout_next_step": sglang_rollout_next_step,
+            "sglang_out_of_rotation": sglang_out_of_rotation,
+        }

@@ -1,0 +1,269 @@
+"""Progressive rollouts: the steps a run takes, the capacity guard that bounds each batch, and what the plan says
+of them (filters sglang_step_errors, sglang_rollout_schedule, sglang_rollout_next_step).
+
+- A step is a batch size, a whole number of hosts or a percentage of the hosts that change ("25%": rounded up, at
+  least one host), as Ansible's `serial` list takes them; the last step repeats until every host has changed.
+- The guard (`sglang_rollout_max_unavailable`) is a count or a percentage of the inventory's serving hosts
+  (rounded down, at least one host, as Kubernetes' maxUnavailable is rounded down). No batch takes more hosts out
+  of rotation than the guard less the hosts already unavailable (not serving, not ready, or drained), counted on
+  the whole inventory before every batch; a batch the guard reduces to nothing stops the run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
+
+
+def _spec_errors(variable: str, spec: Any) -> list[str]:
+    if isinstance(spec, bool):
+        return [f"{variable}={spec!r} must be a whole number of hosts or a percentage such as '25%'"]
+    if isinstance(spec, int):
+        return [] if spec >= 1 else [f"{variable}={spec!r} must be at least 1 host"]
+    if isinstance(spec, str):
+        if spec.isdigit():
+            return [] if int(spec) >= 1 else [f"{variable}={spec!r} must be at least 1 host"]
+        found = PERCENT.match(spec.strip())
+        if found and 0 < float(found.group(1)) <= 100:
+            return []
+    return [f"{variable}={spec!r} must be a whole number of hosts (at least 1) or a percentage from '1%' to '100%'"]
+
+
+def step_errors(steps: Any, max_unavailable: Any) -> list[str]:
+    """What is wrong with the steps and the guard, each message naming the variable and the value."""
+    errors: list[str] = []
+    if not isinstance(steps, list) or not steps:
+        errors.append(f"sglang_rollout_steps={steps!r} must be a non-empty list of host counts or percentages")
+    else:
+        for index, spec in enumerate(steps):
+            errors += _spec_errors(f"sglang_rollout_steps[{index}]", spec)
+    errors += _spec_errors("sglang_rollout_max_unavailable", max_unavailable)
+    return errors
+
+
+def amount(spec: Any, total: int, round_up: bool = True) -> int:
+    """A count, or a percentage of total (rounded up for a step, down for the guard), at least 1."""
+    if isinstance(spec, str) and spec.strip().endswith("%"):
+        share = float(spec.strip()[:-1]) * total / 100
+        value = math.ceil(share - 1e-9) if round_up else math.floor(share + 1e-9)
+    else:
+        value = int(spec)
+    return max(1, value)
+
+
+def guard(max_unavailable: Any, serving: int) -> int:
+    """How many of the inventory's serving hosts may be out of rotation at once."""
+    return amount(max_unavailable, serving, round_up=False)
+
+
+def batch_size(steps: list[Any], index: int, changing: int) -> int:
+    """The size step `index` asks for (the last step repeats)."""
+    return amount(steps[min(index, len(steps) - 1)], changing)
+
+
+def next_batch(
+    pending: list[str], steps: list[Any], index: int, changing: int, allowed: int, unavailable: list[str]
+) -> dict[str, Any]:
+    """The next batch: the first hosts still to change, as many as the step asks and the guard allows now.
+
+    pending: hosts still to change, in inventory order; changing: how many change in the whole run; allowed: the
+    guard; unavailable: the inventory's hosts out of rotation now (a host of the batch that is itself unavailable
+    does not take more capacity away, so it is not counted twice)."""
+    wanted = batch_size(steps, index, changing)
+    down = set(unavailable)
+    room = allowed - len(down)
+    batch: list[str] = []
+    for host in pending:
+        if len(batch) >= wanted:
+            break
+        if host in down:
+            batch.append(host)  # already out of rotation: changing it costs no more capacity
+        elif room > 0:
+            batch.append(host)
+            room -= 1
+        else:
+            break
+    return {"hosts": batch, "wanted": wanted, "room": max(allowed - len(down), 0), "unavailable": sorted(down)}
+
+
+def schedule(changing: list[str], steps: list[Any], allowed: int, unavailable: list[str]) -> list[dict[str, Any]]:
+    """The plan's batches, as they would be if no host's health changed during the run."""
+    pending, batches, index = list(changing), [], 0
+    while pending:
+        batch = next_batch(pending, steps, index, len(changing), allowed, unavailable)
+        if not batch["hosts"]:
+            batches.append({**batch, "step": index + 1, "stopped": True})
+            break
+        batches.append({**batch, "step": index + 1, "stopped": False})
+        pending = [host for host in pending if host not in batch["hosts"]]
+        index += 1
+    return batches
+
+
+def estimate(hosts: list[str], restart_seconds: dict[str, Any], settings: dict[str, Any], analysed: bool) -> float:
+    """Seconds one batch of these hosts takes: the slowest host's measured restart (start to ready, from its
+    journal; the start timeout when none was measured), the drain (two notices and the in-flight wait, counted as
+    one notice), the verification, and the analysis when it runs (initial delay and every round)."""
+    slowest = max((_seconds(restart_seconds.get(h)) or float(settings["start_timeout"]) for h in hosts), default=0.0)
+    drain = 3 * float(settings["notice"]) if settings.get("drain") else 0.0
+    analysis = (
+        float(settings["initial_delay"]) + float(settings["interval"]) * int(settings["count"]) if analysed else 0.0
+    )
+    return round(slowest + drain + float(settings.get("verification", 10)) + analysis, 1)
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def step_of(
+    number: int, hosts: list[str], pending_after: list[str], serving: list[str], analysis: bool
+) -> dict[str, Any]:
+    """What one step's analysis judges: the step's hosts that served before the run (a host's first start had no
+    traffic to judge), against the hosts that serve and have not changed yet (none: the latencies are not
+    compared, every other check still runs)."""
+    stable = [host for host in pending_after if host in serving]
+    analysed = [host for host in hosts if host in serving] if analysis else []
+    return {"step": number, "hosts": hosts, "analysed": analysed, "stable": stable, "compare": bool(stable)}
+
+
+def describe_step(step: dict[str, Any], total: int, guard_now: int, unavailable: list[str]) -> str:
+    """One line of the plan (or of the run, before a step) for one step."""
+    size = len(step["hosts"])
+    text = f"step {step['step']}: {', '.join(step['hosts'])} ({size} of {total}"
+    # Smaller than the step asks only because the guard held hosts back (not because fewer were left).
+    if step.get("wanted") and step["wanted"] > size and step.get("held"):
+        text += f"; the step asks {step['wanted']}, the guard allows {size}"
+        text += f": {len(unavailable)} of {guard_now} already out of rotation" if unavailable else ""
+    text += ")"
+    if not step["analysed"]:
+        text += "; analysis: none" + ("" if step.get("analysis", True) else " (sglang_rollout_analysis=false)")
+    elif step["compare"]:
+        text += f"; analysis of {', '.join(step['analysed'])} against {', '.join(step['stable'])} (not yet changed)"
+    else:
+        text += (
+            f"; analysis of {', '.join(step['analysed'])} without latency comparison (no host left unchanged):"
+            " success, transfer failures, defaults in effect, answers"
+        )
+    if step.get("estimate") is not None:
+        text += f"; about {round(step['estimate'])} s"
+    return text
+
+
+def plan(
+    changing: list[str],
+    serving: list[str],
+    inventory: list[str],
+    unavailable: dict[str, str],
+    settings: dict[str, Any],
+    restart_seconds: dict[str, Any],
+) -> dict[str, Any]:
+    """The run's steps as the plan sees them (the guard counted from the health read now; counted again before each
+    step), with an estimate per step and in total, and the plan table's lines.
+
+    changing: the hosts that change, in inventory order; serving: those whose services all run now; inventory: the
+    inventory's serving hosts (group sglang_dsv4, outside --limit too); unavailable: those out of rotation now, with
+    why; settings: steps, max_unavailable, analysis, pause_after and what estimate() reads."""
+    allowed = guard(settings["max_unavailable"], len(inventory))
+    down = sorted(unavailable)
+    batches = schedule(changing, settings["steps"], allowed, down)
+    steps, pending, total = [], list(changing), 0.0
+    for batch in batches:
+        pending = [host for host in pending if host not in batch["hosts"]]
+        step = step_of(batch["step"], batch["hosts"], pending, serving, bool(settings["analysis"]))
+        step.update(
+            wanted=batch["wanted"], stopped=batch["stopped"], analysis=bool(settings["analysis"]), held=bool(pending)
+        )
+        if not batch["stopped"]:
+            step["estimate"] = estimate(batch["hosts"], restart_seconds, settings, bool(step["analysed"]))
+            total += step["estimate"]
+        steps.append(step)
+    lines = [
+        f"rollout: {len(changing)} host(s) change in {len([s for s in steps if not s['stopped']])} step(s)"
+        f" (sglang_rollout_steps={settings['steps']}); the guard: at most {allowed} of the inventory's"
+        f" {len(inventory)} serving host(s) out of rotation at once"
+        f" (sglang_rollout_max_unavailable={settings['max_unavailable']!r}), counted again before each step",
+    ]
+    if down:
+        lines.append("out of rotation now: " + "; ".join(f"{host} ({unavailable[host]})" for host in down))
+    for step in steps:
+        if step["stopped"]:
+            lines.append(
+                f"step {step['step']}: NONE: the guard leaves no room ({len(down)} of {allowed} out of rotation);"
+                " the run stops here unless hosts come back"
+            )
+        else:
+            lines.append(describe_step(step, len(changing), allowed, down))
+    pause = settings.get("pause_after")
+    if pause and int(pause) < len(steps):
+        lines.append(f"pause after step {pause} (sglang_rollout_pause_after): run again to go on")
+    if changing:
+        lines.append(f"estimate: about {round(total)} s in all (restarts measured from each host's journal)")
+    return {
+        "guard": allowed,
+        "steps": steps,
+        "estimate": round(total, 1),
+        "lines": lines,
+        "analysis": any(step["analysed"] for step in steps),
+        "serving": serving,
+    }
+
+
+def next_step(
+    number: int,
+    changing: list[str],
+    done: list[str],
+    serving: list[str],
+    inventory: list[str],
+    unavailable: dict[str, str],
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The step the run takes now, from the health read just before it: its hosts (the guard less the hosts out of
+    rotation now), what its analysis judges, and its line. No hosts: the guard leaves no room, the run stops."""
+    pending = [host for host in changing if host not in done]
+    allowed = guard(settings["max_unavailable"], len(inventory))
+    batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable))
+    after = [host for host in pending if host not in batch["hosts"]]
+    step = step_of(number, batch["hosts"], after, serving, bool(settings["analysis"]))
+    step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending, held=bool(after))
+    out = sorted(unavailable)
+    if batch["hosts"]:
+        step["line"] = describe_step(step, len(changing), allowed, out)
+    else:
+        step["line"] = (
+            f"step {number}: the guard leaves no room: {len(out)} of the inventory's {len(inventory)} serving hosts"
+            f" are out of rotation ({'; '.join(f'{h}: {unavailable[h]}' for h in out)}), at most {allowed} may be"
+            f" (sglang_rollout_max_unavailable={settings['max_unavailable']!r}). The rollout stops before this step;"
+            f" {len(pending)} host(s) not changed: {', '.join(pending)}. Bring those hosts back into rotation (or"
+            " raise the guard), then run again: the hosts already changed are no-ops."
+        )
+    return step
+
+
+def out_of_rotation(
+    inventory: list[str], own: dict[str, Any], alive: list[str], others: list[dict[str, Any]]
+) -> dict[str, str]:
+    """The inventory's hosts out of rotation, each with why, from the answers of module sglang_in_rotation: `own`,
+    each host of the run's (by host); `alive`, the run's hosts that have not failed; `others`, the results of the
+    delegated loop over the inventory's other hosts. A host without an answer is out: the unknown never counts as
+    serving."""
+    out: dict[str, str] = {}
+    answers = {result.get("item"): result for result in others if isinstance(result, dict)}
+    answers.update(own)
+    for host in inventory:
+        result = answers.get(host)
+        if host in own and host not in alive:
+            out[host] = "failed in this run"
+        elif not isinstance(result, dict) or not result or result.get("skipped"):
+            out[host] = "not asked"
+        elif result.get("unreachable"):
+            out[host] = f"cannot be reached: {result.get('msg', '?')}"
+        elif result.get("available") is not True:
+            out[host] = str(result.get("why") or result.get("msg") or "did not say")
+    return out

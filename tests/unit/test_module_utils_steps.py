@@ -1,0 +1,152 @@
+"""Steps and the capacity guard (module_utils/sglang_steps.py): batch sizes as Ansible's serial takes them, bounded
+by the hosts already out of rotation, counted on the whole inventory."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_steps as steps
+
+HOSTS = [f"h{n}" for n in range(1, 9)]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ([], "must be a non-empty list"),
+        ("25%", "must be a non-empty list"),
+        ([0], "sglang_rollout_steps[0]=0 must be at least 1 host"),
+        ([1, "0%"], "sglang_rollout_steps[1]='0%' must be a whole number"),
+        ([1, "150%"], "sglang_rollout_steps[1]='150%'"),
+        ([True], "sglang_rollout_steps[0]=True must be a whole number of hosts or a percentage"),
+        ([1, "ten"], "sglang_rollout_steps[1]='ten'"),
+    ],
+)
+def test_bad_steps_are_named(value, fragment):
+    errors = steps.step_errors(value, "10%")
+    assert any(fragment in error for error in errors), errors
+
+
+def test_good_steps_and_guards_pass():
+    assert steps.step_errors([1, "10%", "25%", "100%"], "10%") == []
+    assert steps.step_errors([1, "2"], 2) == []
+    assert steps.step_errors([1], "0%") == [
+        "sglang_rollout_max_unavailable='0%' must be a whole number of hosts (at"
+        " least 1) or a percentage from '1%' to '100%'"
+    ]
+
+
+def test_a_percentage_step_rounds_up_and_the_guard_rounds_down_to_at_least_one():
+    assert steps.amount("25%", 8) == 2 and steps.amount("10%", 8) == 1 and steps.amount("30%", 8) == 3
+    assert steps.guard("25%", 8) == 2 and steps.guard("10%", 8) == 1 and steps.guard("30%", 8) == 2
+    assert steps.guard(3, 8) == 3
+
+
+def test_the_last_step_repeats_until_every_host_has_changed():
+    plan = steps.schedule(HOSTS, [1, "25%", "50%"], allowed=8, unavailable=[])
+    assert [b["hosts"] for b in plan] == [["h1"], ["h2", "h3"], ["h4", "h5", "h6", "h7"], ["h8"]]
+
+
+def test_the_guard_shrinks_a_batch_by_the_hosts_already_out_of_rotation():
+    # Guard 2 of 8; h7 (not in the run's first batches) is down already: one host may go at a time.
+    plan = steps.schedule(HOSTS[:6], [1, "50%"], allowed=2, unavailable=["h7"])
+    assert [b["hosts"] for b in plan] == [["h1"], ["h2"], ["h3"], ["h4"], ["h5"], ["h6"]]
+    assert plan[1]["wanted"] == 3 and plan[1]["room"] == 1
+
+
+def test_a_host_that_is_down_and_changes_costs_no_more_capacity():
+    batch = steps.next_batch(["h1", "h2", "h3"], [3], 0, 3, allowed=1, unavailable=["h1"])
+    assert batch["hosts"] == ["h1"]  # h1 is out already; the guard leaves no room for h2
+    batch = steps.next_batch(["h1", "h2", "h3"], [3], 0, 3, allowed=2, unavailable=["h1"])
+    assert batch["hosts"] == ["h1", "h2"]
+
+
+def test_a_batch_the_guard_reduces_to_nothing_stops_the_schedule():
+    plan = steps.schedule(HOSTS[:4], [2], allowed=2, unavailable=["h7", "h8"])
+    assert plan == [{"hosts": [], "wanted": 2, "room": 0, "unavailable": ["h7", "h8"], "step": 1, "stopped": True}]
+
+
+SETTINGS = {
+    "steps": [1, "25%", "50%"],
+    "max_unavailable": "25%",
+    "analysis": True,
+    "pause_after": 0,
+    "start_timeout": 1800,
+    "notice": 10,
+    "drain": True,
+    "verification": 10,
+    "initial_delay": 60,
+    "interval": 60,
+    "count": 5,
+}
+
+
+def test_an_estimate_takes_the_slowest_measured_restart_the_drain_and_the_analysis():
+    assert steps.estimate(["a", "b"], {"a": 170.0, "b": 185.5}, SETTINGS, True) == 185.5 + 30 + 10 + 360
+    # Never measured (a first start, a rotated journal): the start timeout bounds it.
+    assert steps.estimate(["c"], {"c": None}, {**SETTINGS, "drain": False}, False) == 1800 + 10
+
+
+def test_the_plan_sizes_each_step_after_the_guard_and_says_what_each_analysis_judges():
+    restarts = dict.fromkeys(HOSTS, 180.0)
+    plan = steps.plan(HOSTS, HOSTS, HOSTS, {}, SETTINGS, restarts)
+    assert plan["guard"] == 2
+    assert [s["hosts"] for s in plan["steps"]] == [["h1"], ["h2", "h3"], ["h4", "h5"], ["h6", "h7"], ["h8"]]
+    assert plan["steps"][0]["stable"] == HOSTS[1:] and plan["steps"][0]["compare"]
+    # The last step has no host left unchanged: judged without the latency comparison, and the plan says so.
+    assert plan["steps"][-1]["stable"] == [] and not plan["steps"][-1]["compare"]
+    assert "without latency comparison (no host left unchanged)" in plan["lines"][-2]
+    assert "the step asks 4, the guard allows 2" in plan["lines"][3]
+    assert plan["estimate"] == 5 * (180 + 30 + 10 + 360)
+    assert plan["lines"][-1] == f"estimate: about {5 * 580} s in all (restarts measured from each host's journal)"
+
+
+def test_the_plan_counts_hosts_out_of_rotation_outside_the_run_and_names_them():
+    plan = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS, {"h8": "cannot be reached: timeout"}, SETTINGS, {})
+    assert "out of rotation now: h8 (cannot be reached: timeout)" in plan["lines"]
+    # Guard 2 of 8, one out already: one host at a time.
+    assert [s["hosts"] for s in plan["steps"]] == [["h1"], ["h2"], ["h3"], ["h4"]]
+    full = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS, {"h7": "x", "h8": "y"}, SETTINGS, {})
+    assert full["steps"][0]["stopped"] and "NONE: the guard leaves no room" in full["lines"][-2]
+
+
+def test_a_first_start_is_not_analysed_and_no_analysis_when_turned_off():
+    plan = steps.plan(["h1", "h2"], ["h2"], HOSTS, {"h1": "not serving"}, SETTINGS, {})
+    assert plan["steps"][0]["hosts"] == ["h1"] and plan["steps"][0]["analysed"] == []
+    assert plan["steps"][1]["analysed"] == ["h2"]
+    off = steps.plan(HOSTS, HOSTS, HOSTS, {}, {**SETTINGS, "analysis": False}, {})
+    assert not off["analysis"] and "analysis: none (sglang_rollout_analysis=false)" in off["lines"][1]
+
+
+def test_the_next_step_is_counted_again_from_live_health():
+    # Planned 2 at step 2; h5 fell over during step 1: the guard (2) less one out leaves room for one.
+    step = steps.next_step(2, HOSTS, ["h1"], HOSTS, HOSTS, {"h5": "its router's /readiness answered 503"}, SETTINGS)
+    assert step["hosts"] == ["h2"] and step["wanted"] == 2 and step["stable"] == ["h3", "h4", "h5", "h6", "h7", "h8"]
+    stopped = steps.next_step(2, HOSTS, ["h1"], HOSTS, HOSTS, {"h5": "a", "h6": "b"}, SETTINGS)
+    assert stopped["hosts"] == []
+    assert "the guard leaves no room: 2 of the inventory's 8 serving hosts are out of rotation" in stopped["line"]
+    assert "h5: a; h6: b" in stopped["line"] and "7 host(s) not changed: h2, h3" in stopped["line"]
+
+
+def test_the_unknown_is_never_counted_as_in_rotation():
+    own = {"h1": {"available": True, "why": ""}, "h2": {"available": False, "why": "drained"}, "h3": {}}
+    others = [
+        {"item": "h4", "available": True},
+        {"item": "h5", "unreachable": True, "msg": "ssh: connection refused"},
+        {"item": "h6", "failed": True, "msg": "MODULE FAILURE"},
+    ]
+    out = steps.out_of_rotation(["h1", "h2", "h3", "h4", "h5", "h6", "h7"], own, ["h1", "h2"], others)
+    assert out == {
+        "h2": "drained",
+        "h3": "failed in this run",
+        "h5": "cannot be reached: ssh: connection refused",
+        "h6": "MODULE FAILURE",
+        "h7": "not asked",
+    }
+
+
+def test_a_last_step_smaller_than_it_asks_is_not_blamed_on_the_guard():
+    plan = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS[:4], {}, {**SETTINGS, "steps": [1, "50%"], "max_unavailable": 2}, {})
+    assert [s["hosts"] for s in plan["steps"]] == [["h1"], ["h2", "h3"], ["h4"]]
+    assert plan["lines"][3].startswith("step 3: h4 (1 of 4); analysis of h4 without latency comparison"), plan["lines"]
+    held = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS[:4], {}, {**SETTINGS, "steps": [1, "50%"], "max_unavailable": 1}, {})
+    assert "step 2: h2 (1 of 4; the step asks 2, the guard allows 1)" in held["lines"][2], held["lines"]
