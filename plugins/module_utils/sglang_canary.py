@@ -170,6 +170,7 @@ def describe(thresholds: dict[str, Any]) -> str:
 RULES = {
     "initial_delay": (int, lambda v: 0 <= v <= 3600, "an integer of seconds in 0..3600"),
     "interval": (int, lambda v: 5 <= v <= 3600, "an integer of seconds in 5..3600"),
+    "sample_seconds": (int, lambda v: 1 <= v <= 3600, "an integer of seconds in 1..3600"),
     "count": (int, lambda v: 1 <= v <= 100, "an integer in 1..100"),
     "failure_limit": (int, lambda v: 0 <= v <= 100, "an integer in 0..100"),
     "min_success": (float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
@@ -204,6 +205,17 @@ def normalize(thresholds: dict[str, Any], prefix: str = "sglang_rollout_canary_"
         errors.append(
             f"{prefix}failure_limit={values['failure_limit']} must be below {prefix}count={values['count']}: an"
             " analysis that allows every round to fail can never fail"
+        )
+    # A rate over a window needs two samples of its series in it. The newest can be sample_seconds old and the one
+    # before it as much older again (the serving hosts' scrape, then the central Prometheus's federation): only a
+    # window of twice that always holds two. Shorter, a round fails for want of data whenever a scrape is late.
+    analysis = str(thresholds.get("analysis", True)).lower() not in ("false", "0", "no", "off")
+    if not errors and analysis and values["interval"] < 2 * values["sample_seconds"]:
+        errors.append(
+            f"{prefix}interval={values['interval']} must be at least twice {prefix}sample_seconds="
+            f"{values['sample_seconds']} ({2 * values['sample_seconds']} s): a shorter window can hold fewer than the"
+            " two samples a rate needs, and its round fails for want of data (scrape more often, or lengthen the"
+            " interval)"
         )
     return values, errors
 

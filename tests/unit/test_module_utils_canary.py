@@ -8,6 +8,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_canary a
 THRESHOLDS = {
     "initial_delay": 60,
     "interval": 60,
+    "sample_seconds": 30,
     "count": 5,
     "failure_limit": 3,
     "min_success": 0.99,
@@ -161,11 +162,27 @@ def test_nan_and_infinities_are_no_data_so_a_baseline_never_disables_a_check(val
         ("max_latency_ratio", 0.5, "sglang_rollout_canary_max_latency_ratio=0.5 must be a number of at least 1"),
         ("max_repetition", True, "sglang_rollout_canary_max_repetition=True must be a number in [0, 1]"),
         ("failure_limit", 5, "sglang_rollout_canary_failure_limit=5 must be below sglang_rollout_canary_count=5"),
+        ("sample_seconds", 0, "sglang_rollout_canary_sample_seconds=0 must be an integer of seconds in 1..3600"),
+        # The flake this rule ends: 15 s windows over a 5 s scrape federated every 5 s held two samples at best.
+        (
+            "sample_seconds",
+            31,
+            "sglang_rollout_canary_interval=60 must be at least twice sglang_rollout_canary_sample_seconds=31 (62 s)",
+        ),
     ],
 )
 def test_bad_thresholds_are_refused_by_name(name, value, message):
     errors = canary.threshold_errors({**THRESHOLDS, name: value})
     assert any(message in error for error in errors), errors
+
+
+def test_a_window_too_short_for_two_samples_is_refused_only_where_the_analysis_runs():
+    # 15 s rounds over a 5 s scrape federated every 5 s: the window held two samples at best, one when a scrape was
+    # late, and the round failed for want of data. Without the analysis no round runs.
+    short = {**THRESHOLDS, "interval": 15, "sample_seconds": 10}
+    assert any("at least twice" in error for error in canary.threshold_errors(short))
+    assert canary.threshold_errors({**short, "analysis": False}) == []
+    assert canary.threshold_errors({**short, "sample_seconds": 4}) == []
 
 
 def test_thresholds_from_the_command_line_are_numbers_too():

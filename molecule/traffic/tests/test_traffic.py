@@ -105,7 +105,9 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
 
 
 def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
-    assert rollout["out"].returncode == 0, text(rollout["out"])[-4000:]
+    # On failure: every analysis round's line (its values: which evidence was missing), then the run's end.
+    rounds = re.findall(r"step [0-9][^:]{0,40}analysis of \S+ round [0-9]+/[0-9]+: .*?\}", flat(rollout["out"]))
+    assert rollout["out"].returncode == 0, "\n".join(rounds) + "\n" + text(rollout["out"])[-3000:]
     # Growing steps within the guard (the canary, two hosts, the last one), each judged on live metrics before the
     # next started: all three rounds ran at every step, and the ones that passed had real data that found the
     # change sound (every answer served, defaults in effect, no transfer failure, no repetition). The analysis
