@@ -334,25 +334,14 @@ def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[d
 
 def routers_up(sock: str) -> int | None:
     """How many routers the balancer has UP now (HAProxy's runtime socket, `show stat`); None when it cannot say."""
-    import csv
-    import socket
+    sys.path.insert(0, str(ROOT / "molecule/shared"))
+    from labtools import balancer_stats
 
     try:
-        with socket.socket(socket.AF_UNIX) as conn:
-            conn.settimeout(2)
-            conn.connect(sock)
-            conn.sendall(b"show stat\n")
-            data = b""
-            while chunk := conn.recv(65536):
-                data += chunk
+        stats = balancer_stats(sock)
     except OSError:
         return None
-    rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
-    return sum(
-        1
-        for row in rows
-        if row["pxname"] == "routers" and row["svname"].startswith(PREFIX) and row["status"].startswith("UP")
-    )
+    return sum(1 for name, row in stats.items() if name.startswith(PREFIX) and row["status"].startswith("UP"))
 
 
 def sample_up(sock: str, into: list, stop) -> None:

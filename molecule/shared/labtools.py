@@ -197,3 +197,21 @@ def leaked(host, *secrets: str) -> list[str]:
     out = host.run(f"python3 -c {shlex.quote(LEAK_PROBE)} {encoded}")
     assert out.rc == 0, out.stderr
     return [line for line in out.stdout.splitlines() if line]
+
+
+def balancer_stats(sock: str) -> dict[str, dict[str, str]]:
+    """The lab balancer's own counters per router (HAProxy's runtime socket, `show stat`), by server name; OSError
+    when the socket does not answer."""
+    import csv
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(5)
+        conn.connect(sock)
+        conn.sendall(b"show stat\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
+    servers = (row for row in rows if row["pxname"] == "routers" and row["svname"] not in ("FRONTEND", "BACKEND"))
+    return {row["svname"]: row for row in servers}

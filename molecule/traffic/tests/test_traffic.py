@@ -9,16 +9,15 @@ each host (prefill and decode restarted onto the new defaults, the router did no
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+import labtools
 import pytest
 import testinfra
 from labtools import CHAT, ask, leaked
@@ -39,15 +38,8 @@ STEP_OF = {"dsv4-traf-1": 1, "dsv4-traf-2": 2, "dsv4-traf-3": 2, "dsv4-traf-4": 
 
 
 def balancer_stats() -> dict[str, dict[str, str]]:
-    """HAProxy's own counters per router (its runtime socket's `show stat`)."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect(SOCKET)
-        sock.sendall(b"show stat\n")
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
-    return {row["svname"]: row for row in rows if row["pxname"] == "routers" and row["svname"] in HOSTS}
+    """HAProxy's own counters per router of this fleet."""
+    return {name: row for name, row in labtools.balancer_stats(SOCKET).items() if name in HOSTS}
 
 
 def lab_host(name: str):
