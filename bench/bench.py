@@ -84,6 +84,20 @@ def lab(hosts: int, state: str, inventory: Path) -> None:
     run([str(BIN / "ansible-playbook"), playbook, "-e", json.dumps(extra)])
 
 
+def own_inventory(tmp: str) -> Path:
+    """The bench's own inventory folder: its lab hosts (hosts.yml, which playbooks/lab.yml writes) and the lab's
+    group_vars. Not inventories/lab: its hosts.yml lists the hosts `make deploy` booted, and the capacity guard asks
+    every serving host of the inventory (one that is down counts as out of rotation and shrinks every step)."""
+    folder = Path(tmp) / "inventory"
+    folder.mkdir()
+    (folder / "group_vars").symlink_to(ROOT / "inventories/lab/group_vars")
+    return folder / "hosts.yml"
+
+
+def sources(inventory: Path) -> list[str]:
+    return ["-i", str(inventory.parent)]
+
+
 def ssh(port: int, command: str) -> str:
     argv = ["ssh", "-i", KEY, "-p", str(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
     argv += ["-o", "LogLevel=ERROR", "root@127.0.0.1", command]
@@ -127,16 +141,7 @@ def task_times(path: Path) -> dict:
 
 
 def deploy(inventory: Path, hosts: int, extra: dict | None = None, times: Path | None = None) -> tuple[float, int]:
-    argv = [
-        str(BIN / "ansible-playbook"),
-        "-i",
-        "inventories/lab",
-        "-i",
-        str(inventory),
-        "-l",
-        limit(hosts),
-        "deploy.yml",
-    ]
+    argv = [str(BIN / "ansible-playbook"), *sources(inventory), "-l", limit(hosts), "deploy.yml"]
     if extra:
         argv += ["-e", json.dumps(extra)]
     seconds, result = timed(argv, env=task_times(times) if times else None)
@@ -144,7 +149,7 @@ def deploy(inventory: Path, hosts: int, extra: dict | None = None, times: Path |
 
 
 def floor(inventory: Path, hosts: int) -> float:
-    inventories = ["-i", "inventories/lab", "-i", str(inventory), "-l", limit(hosts)]
+    inventories = [*sources(inventory), "-l", limit(hosts)]
     ping, _unused = timed([str(BIN / "ansible"), *inventories, "all", "-m", "ansible.builtin.ping"])
     stat, _unused = timed([str(BIN / "ansible-playbook"), *inventories, "bench/floor.yml"])
     return ping + stat
@@ -243,7 +248,7 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
     def add(name: str, seconds: float, starts: dict | None = None, changed: int | None = None, **more) -> None:
         samples.setdefault(name, []).append({"seconds": seconds, "starts": starts, "changed": changed, **more})
 
-    times = inventory.parent / "task-times.jsonl"
+    times = inventory.parent.parent / "task-times.jsonl"
 
     mark = second_boundary()
     seconds, changed = deploy(inventory, largest)
@@ -291,7 +296,7 @@ def slope(samples: dict, kind: str, sizes: list[int]) -> tuple[float, float]:
 
 def under_load(hosts: int, inventory: Path, temperatures: list[float]) -> list[dict]:
     """A rollout over every host, one at a time, under steady streaming load through the balancer: drain on, off."""
-    inventories = ["-i", "inventories/lab", "-i", str(inventory)]
+    inventories = sources(inventory)
     paced = {"sglang_lab_token_seconds": 0.02, "sglang_lab_balancer": True}
     deploy(inventory, hosts, paced)
     run(
@@ -366,7 +371,7 @@ def steps_under_load(inventory: Path, runs: int) -> list[dict]:
     wall time, the fewest routers the balancer had UP (sampled every 0.5 s), requests lost."""
     import threading
 
-    inventories = ["-i", "inventories/lab", "-i", str(inventory)]
+    inventories = sources(inventory)
     paced = {"sglang_lab_token_seconds": 0.02, "sglang_lab_balancer": True, "sglang_lab_startup_seconds": STEPS_STARTUP}
     all_at_once = {"sglang_rollout_steps": [STEPS_HOSTS], "sglang_rollout_max_unavailable": STEPS_HOSTS}
     deploy(inventory, STEPS_HOSTS, {**paced, **all_at_once})
@@ -789,7 +794,7 @@ def main(argv: list[str]) -> int:
         return steps_main(args, argv)
     hosts = max([*args.sizes, *args.change_sizes, 4 if args.load or args.load_only else 1])
     with tempfile.TemporaryDirectory() as tmp:
-        inventory = Path(tmp) / "hosts.yml"
+        inventory = own_inventory(tmp)
         lab(hosts, "absent", inventory)
         lab(hosts, "present", inventory)
         try:
@@ -815,7 +820,7 @@ def main(argv: list[str]) -> int:
 def steps_main(args: argparse.Namespace, argv: list[str]) -> int:
     """--steps-only: boot STEPS_HOSTS lab hosts, measure, and replace the steps section of --output."""
     with tempfile.TemporaryDirectory() as tmp:
-        inventory = Path(tmp) / "hosts.yml"
+        inventory = own_inventory(tmp)
         lab(STEPS_HOSTS, "absent", inventory)
         lab(STEPS_HOSTS, "present", inventory)
         try:
