@@ -93,6 +93,40 @@ def test_a_change_that_starts_but_fails_verification_is_undone_on_disk_and_in_th
     converges(host, change(case))
 
 
+def test_an_analysis_whose_prometheus_cannot_be_reached_rolls_the_canary_back(host, cases, tmp_path):
+    """The canary's analysis cannot read its evidence: the Prometheus host it asks from cannot be reached. That is
+    no data, which fails the round; the analysis fails and the canary is rolled back and unlocked like any failed
+    host (before, Ansible dropped the host as unreachable: no rescue, no rollback, no unlock)."""
+    case = cases()
+    before = host_state(host)
+    ghost = tmp_path / "prometheus-host.yml"
+    ghost.write_text("all:\n  hosts:\n    dsv4-fs-prometheus:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n")
+    analysed = {
+        **change(case),
+        "sglang_rollout_analysis": True,
+        "sglang_rollout_canary_prometheus_host": "dsv4-fs-prometheus",
+        "sglang_rollout_canary_prometheus_url": "http://127.0.0.1:9",
+        "sglang_rollout_canary_initial_delay": 0,
+        "sglang_rollout_canary_interval": 5,
+        "sglang_rollout_canary_sample_seconds": 2,
+        "sglang_rollout_canary_count": 1,
+        "sglang_rollout_canary_failure_limit": 0,
+    }
+    out = run(analysed, "-i", str(ghost))
+    assert out.returncode != 0, text(out)[-3000:]
+    message = flat(out)
+    assert "no data: the Prometheus host dsv4-fs-prometheus cannot be reached" in message, message[-3000:]
+    assert "step 1 (the canary) failed its analysis" in message
+    assert f"{HOST} was rolled back to its state before this run" in text(out)
+    after = host_state(host)
+    assert after["files"] == before["files"]
+    assert runs_from_disk(after) == []
+    assert not after["lock"] and in_rotation(host, ROUTER)
+    rollout = json.loads(host.file("/var/lib/sglang-dsv4/rollout.json").content_string)
+    assert rollout["outcome"] == "rolled back" and not rollout["success"]
+    converges(host, change(case))
+
+
 def router_answers(host, key: str) -> int:
     """The HTTP status the router gives a client with this key (asked from the controller, on the shared loopback:
     a key on a command line run on the host would be logged in its journal)."""
