@@ -65,40 +65,59 @@ def batch_size(steps: list[Any], index: int, changing: int) -> int:
 
 
 def next_batch(
-    pending: list[str], steps: list[Any], index: int, changing: int, allowed: int, unavailable: list[str]
+    pending: list[str],
+    steps: list[Any],
+    index: int,
+    changing: int,
+    allowed: int,
+    unavailable: list[str],
+    fresh: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The next batch: the first hosts still to change, as many as the step asks and the guard allows now.
 
     pending: hosts still to change, in inventory order; changing: how many change in the whole run; allowed: the
     guard; unavailable: the inventory's hosts out of rotation now (a host of the batch that is itself unavailable
-    does not take more capacity away, so it is not counted twice)."""
+    takes no more capacity away, so it is not counted twice); fresh: the run's hosts that did not serve when the run
+    planned (a host added to the fleet, on its first deploy). Where the guard holds the serving hosts back, a fresh
+    host further down the list still goes: its change is what brings it into rotation (as Kubernetes replaces
+    unavailable pods first). A host that served at the plan and fell over since is no such host: it waits its turn."""
     wanted = batch_size(steps, index, changing)
     down = set(unavailable)
     room = allowed - len(down)
     batch: list[str] = []
+    held = False
     for host in pending:
         if len(batch) >= wanted:
             break
         if host in down:
-            batch.append(host)  # already out of rotation: changing it costs no more capacity
-        elif room > 0:
+            if not held or host in fresh:
+                batch.append(host)  # already out of rotation: changing it costs no more capacity
+        elif room > 0 and not held:
             batch.append(host)
             room -= 1
         else:
-            break
+            held = True
     return {"hosts": batch, "wanted": wanted, "room": max(allowed - len(down), 0), "unavailable": sorted(down)}
 
 
-def schedule(changing: list[str], steps: list[Any], allowed: int, unavailable: list[str]) -> list[dict[str, Any]]:
-    """The plan's batches, as they would be if no host's health changed during the run."""
-    pending, batches, index = list(changing), [], 0
+def schedule(
+    changing: list[str],
+    steps: list[Any],
+    allowed: int,
+    unavailable: list[str],
+    fresh: list[str] | tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """The plan's batches (next_batch's arguments), as they would be if every step succeeds (a host out of rotation
+    that a step changes serves after it) and no other host's health changes during the run."""
+    pending, batches, index, down = list(changing), [], 0, list(unavailable)
     while pending:
-        batch = next_batch(pending, steps, index, len(changing), allowed, unavailable)
+        batch = next_batch(pending, steps, index, len(changing), allowed, down, fresh)
         if not batch["hosts"]:
             batches.append({**batch, "step": index + 1, "stopped": True})
             break
         batches.append({**batch, "step": index + 1, "stopped": False})
         pending = [host for host in pending if host not in batch["hosts"]]
+        down = [host for host in down if host not in batch["hosts"]]
         index += 1
     return batches
 
@@ -172,7 +191,7 @@ def plan(
     why; settings: steps, max_unavailable, analysis, pause_after and what estimate() reads."""
     allowed = guard(settings["max_unavailable"], len(inventory))
     down = sorted(unavailable)
-    batches = schedule(changing, settings["steps"], allowed, down)
+    batches = schedule(changing, settings["steps"], allowed, down, [host for host in changing if host not in serving])
     steps, pending, total = [], list(changing), 0.0
     for batch in batches:
         pending = [host for host in pending if host not in batch["hosts"]]
@@ -228,7 +247,8 @@ def next_step(
     rotation now), what its analysis judges, and its line. No hosts: the guard leaves no room, the run stops."""
     pending = [host for host in changing if host not in done]
     allowed = guard(settings["max_unavailable"], len(inventory))
-    batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable))
+    fresh = [host for host in changing if host not in serving]
+    batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable), fresh)
     after = [host for host in pending if host not in batch["hosts"]]
     step = step_of(number, batch["hosts"], after, serving, bool(settings["analysis"]))
     step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending, held=bool(after))

@@ -60,6 +60,28 @@ def test_a_host_that_is_down_and_changes_costs_no_more_capacity():
     assert batch["hosts"] == ["h1", "h2"]
 
 
+def test_a_host_on_its_first_deploy_goes_first_when_the_guard_has_no_room_for_the_serving_ones():
+    # h4 was added to the fleet: not serving yet, so out of rotation, and the guard (1) is used up by it. It changes
+    # in the first step (its change costs nothing and brings capacity back); then the serving hosts, one at a time.
+    four = ["h1", "h2", "h3", "h4"]
+    batch = steps.next_batch(four, [1], 0, 4, allowed=1, unavailable=["h4"], fresh=["h4"])
+    assert batch["hosts"] == ["h4"] and batch["room"] == 0
+    plan = steps.schedule(four, [1], allowed=1, unavailable=["h4"], fresh=["h4"])
+    assert [b["hosts"] for b in plan] == [["h4"], ["h1"], ["h2"], ["h3"]]
+    assert not any(b["stopped"] for b in plan)
+    # With room, the step takes the first hosts in inventory order as always, and h4 comes when its turn does.
+    plan = steps.schedule(four, [1, 2], allowed=3, unavailable=["h4"], fresh=["h4"])
+    assert [b["hosts"] for b in plan] == [["h1"], ["h2", "h3"], ["h4"]]
+    # A host that served at the plan and fell over since is not pulled forward: the guard stops the run instead.
+    assert steps.next_batch(four, [1], 0, 4, allowed=1, unavailable=["h4"])["hosts"] == []
+    # The plan and the step before it agree: h4 did not serve when the run planned.
+    settings = {**SETTINGS, "steps": [1], "max_unavailable": 1}
+    planned = steps.plan(four, ["h1", "h2", "h3"], four, {"h4": "not serving"}, settings, {})
+    assert [s["hosts"] for s in planned["steps"]] == [["h4"], ["h1"], ["h2"], ["h3"]]
+    now = steps.next_step(1, four, [], ["h1", "h2", "h3"], four, {"h4": "not serving"}, settings)
+    assert now["hosts"] == ["h4"] and now["analysed"] == []
+
+
 def test_a_batch_the_guard_reduces_to_nothing_stops_the_schedule():
     plan = steps.schedule(HOSTS[:4], [2], allowed=2, unavailable=["h7", "h8"])
     assert plan == [{"hosts": [], "wanted": 2, "room": 0, "unavailable": ["h7", "h8"], "step": 1, "stopped": True}]
