@@ -233,15 +233,16 @@ def test_a_stale_lock_is_reported_with_holder_age_and_how_to_clear_it(host):
 
 
 def test_a_server_that_never_gets_ready_fails_the_run_within_one_start_timeout(host):
-    started = time.monotonic()
-    out = deploy("-e", json.dumps({"sglang_services_timeout_start_sec": 20, "sglang_lab_fail_start": "never_ready"}))
-    elapsed = time.monotonic() - started
+    # -v: every restart's result, with what it waited, is printed (not only the failed one's).
+    never_ready = {"sglang_services_timeout_start_sec": 20, "sglang_lab_fail_start": "never_ready"}
+    out = deploy("-v", "-e", json.dumps(never_ready))
     assert out.returncode != 0
     assert re.search(r"sglang-dsv4-(prefill|decode) did not start", text(out)), text(out)[-3000:]
     waited = [float(w) for w in re.findall(r"\"?waited\"?: ([0-9.]+)", text(out))]
-    # The failed restart is bounded by the 20 s start timeout plus the module's 15 s margin.
-    assert waited and waited[0] <= 20 + 15, waited
+    # Judged on what the restarts report having waited, not on the wall clock (which a loaded controller
+    # stretches): each wait is bounded by the 20 s start timeout plus the module's 15 s margin, and one start
+    # timeout ran out, not several (the rollback's restart, onto the old files, comes up well within it).
+    assert waited and all(w <= 20 + 15 for w in waited), waited
+    assert len([w for w in waited if w >= 20]) == 1, waited
     assert "was rolled back to its state before this run" in text(out)
-    # Failed start, rollback and its restart, plan and verification: one start timeout, not several.
-    assert elapsed < 3 * 60, elapsed
     assert not host.file(LOCK).exists
