@@ -6,7 +6,8 @@ set -euo pipefail
 quiet_pip() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 cd "$(dirname "$0")/.."
 
-apt_packages=(debootstrap systemd-container openssh-client python3-venv shellcheck)
+# podman and runc: the execution environment's image, built and run as AWX runs it (molecule/ee).
+apt_packages=(debootstrap systemd-container openssh-client python3-venv shellcheck podman runc)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -22,6 +23,17 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   python3 -m venv .venv
   quiet_pip .venv/bin/pip install -q --upgrade pip
   quiet_pip .venv/bin/pip install -q -r requirements.txt
+  echo "$want" >"$stamp"
+fi
+
+# The execution environment's and the docsite's tools (ansible-builder, ansible-runner, antsibull-docs, Sphinx),
+# apart: Sphinx pins a docutils older than the one .venv's antsibull-changelog takes.
+stamp=.venv-ee/.requirements.sha256
+want=$(sha256sum requirements-ee.txt | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  python3 -m venv .venv-ee
+  quiet_pip .venv-ee/bin/pip install -q --upgrade pip
+  quiet_pip .venv-ee/bin/pip install -q -r requirements-ee.txt
   echo "$want" >"$stamp"
 fi
 
