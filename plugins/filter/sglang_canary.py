@@ -20,10 +20,11 @@ def sglang_canary_verdict(
     answers: list | None = None,
     failed: list | None = None,
     compare: bool = True,
+    unreachable: list | None = None,
 ) -> dict:
     """One round's verdict for one analysed host (module_utils/sglang_canary.py); without `compare`, the latencies
-    are not compared (no host left unchanged)."""
-    return sglang_canary.verdict(samples, canary, stable, thresholds, answers, failed or [], bool(compare))
+    are not compared (no host left unchanged); with `unreachable`, the query never reached Prometheus."""
+    return sglang_canary.verdict(samples, canary, stable, thresholds, answers, failed or [], bool(compare), unreachable)
 
 
 def sglang_canary_errors(thresholds: dict) -> list[str]:

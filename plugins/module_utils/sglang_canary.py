@@ -96,6 +96,7 @@ def verdict(
     answers: list[dict[str, Any]] | None,
     failed_queries: list[str] | tuple[str, ...] = (),
     compare: bool = True,
+    unreachable: tuple[str, str] | list[str] | None = None,
 ) -> dict[str, Any]:
     """One round for one analysed host (the canary, or a host of a later step): {"ok", "failures": [reasons],
     "values": {check: value}}.
@@ -103,8 +104,16 @@ def verdict(
     `answers` are the host router's answers to the fixed prompts ({status, content}); `failed_queries` the checks
     whose Prometheus query failed: each fails the round, whatever a missing series would otherwise mean. Without
     `compare` (no serving host is left unchanged: the last step), the latencies are recorded, not compared; every
-    other check runs as always."""
+    other check runs as always. `unreachable` ([Prometheus host, Ansible's message]) says the query never reached
+    Prometheus: the round has no evidence at all, and fails on that alone."""
     t = normalize(thresholds)[0]
+    if unreachable:
+        prometheus, why = unreachable
+        return {
+            "ok": False,
+            "values": {},
+            "failures": [f"no data: the Prometheus host {prometheus} cannot be reached: {why}"],
+        }
     failures: list[str] = [f"no data: the {check} query failed" for check in sorted(set(failed_queries))]
     values: dict[str, Any] = {}
 

@@ -212,3 +212,23 @@ def test_without_hosts_left_unchanged_the_latencies_are_recorded_not_compared():
     # Every other check still runs: a failed request fails the round.
     worse = canary.verdict({**samples, "success": {"gpu-3": 0.5}}, "gpu-3", [], THRESHOLDS, answers, [], compare=False)
     assert not worse["ok"] and "success ratio 0.5000" in worse["failures"][0]
+
+
+def test_a_prometheus_that_cannot_be_reached_fails_the_round_as_no_data_naming_it():
+    """No evidence at all is never a pass, whatever the answers say; the round names the host it could not reach."""
+    round_ = canary.verdict(
+        {}, "gpu-1", STABLE, THRESHOLDS, answers(VARIED, VARIED), [], True, ["prom-1", "ssh: refused"]
+    )
+    assert round_ == {
+        "ok": False,
+        "values": {},
+        "failures": ["no data: the Prometheus host prom-1 cannot be reached: ssh: refused"],
+    }
+    # The same through the filter the role calls, with its positional order.
+    from ansible_collections.dsv4.sglang.plugins.filter.sglang_canary import sglang_canary_verdict
+
+    assert sglang_canary_verdict({}, "gpu-1", STABLE, THRESHOLDS, [], [], True, ["prom-1", "x"])["failures"] == [
+        "no data: the Prometheus host prom-1 cannot be reached: x"
+    ]
+    # Reached: judged on its samples as always.
+    assert canary.verdict({}, "gpu-1", STABLE, THRESHOLDS, answers(VARIED, VARIED), [], True, [])["failures"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT, host_state, instance, runs_from_disk
 
 SCENARIO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,9 @@ CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 def run(*argv: str, timeout: int = 1500, cwd: Path | None = None) -> subprocess.CompletedProcess:
     done = subprocess.run(argv, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout, check=False)
-    assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout[-6000:]}{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout[-6000:]}{done.stderr[-3000:]}"
+    )
     return done
 
 
@@ -91,29 +94,65 @@ def lab_base() -> str:
     tree, base = f"localhost/dsv4-ee-lab-tree:{tag}", f"localhost/dsv4-ee-lab-base:{tag}"
     if subprocess.run(["podman", "image", "exists", base], env=ENV, check=False).returncode != 0:
         tar = subprocess.Popen(["tar", "-C", trees[-1], "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(["podman", "import", "-", tree], stdin=tar.stdout, env=ENV, capture_output=True, check=False)
+        imported = subprocess.run(
+            ["podman", "import", "-", tree], stdin=tar.stdout, env=ENV, capture_output=True, check=False
+        )
         assert tar.wait() == 0 and imported.returncode == 0, imported.stderr.decode()[-2000:]
-        run("podman", "build", "--network", "host", "--build-arg", f"TREE={tree}", "-f",
-            str(SCENARIO / "Containerfile.lab-base"), "-t", base, str(SCENARIO))
+        run(
+            "podman",
+            "build",
+            "--network",
+            "host",
+            "--build-arg",
+            f"TREE={tree}",
+            "-f",
+            str(SCENARIO / "Containerfile.lab-base"),
+            "-t",
+            base,
+            str(SCENARIO),
+        )
     return base
 
 
 @pytest.fixture(scope="module")
 def image(context, lab_base) -> str:
     """`ansible-builder build` as a user runs it, from the lab's base, with apt-get as the package manager."""
-    run(str(TOOLS / "ansible-builder"), "build", "-f", "execution-environment.yml", "-c", "context", "-t", IMAGE,
-        "--container-runtime", "podman", "--build-arg", f"EE_BASE_IMAGE={lab_base}",
-        "--build-arg", "PKGMGR=/usr/bin/apt-get", "--build-arg", "PKGMGR_PRESERVE_CACHE=always",
-        f"--extra-build-cli-args=--network host --volume {CA_BUNDLE}:{CA_BUNDLE}:ro", cwd=context)
+    run(
+        str(TOOLS / "ansible-builder"),
+        "build",
+        "-f",
+        "execution-environment.yml",
+        "-c",
+        "context",
+        "-t",
+        IMAGE,
+        "--container-runtime",
+        "podman",
+        "--build-arg",
+        f"EE_BASE_IMAGE={lab_base}",
+        "--build-arg",
+        "PKGMGR=/usr/bin/apt-get",
+        "--build-arg",
+        "PKGMGR_PRESERVE_CACHE=always",
+        f"--extra-build-cli-args=--network host --volume {CA_BUNDLE}:{CA_BUNDLE}:ro",
+        cwd=context,
+    )
     return IMAGE
 
 
 def test_the_image_runs_the_pinned_ansible_and_the_collection_as_built(image):
     core, runner = pin(ROOT / "requirements.txt", "ansible-core"), pin(ROOT / "requirements-ee.txt", "ansible-runner")
     version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
-    out = run("podman", "run", "--rm", image, "sh", "-c",
-              "id -u; ansible --version | head -1; ansible-runner --version; ansible-galaxy collection list dsv4.sglang;"
-              " ssh -V 2>&1").stdout
+    out = run(
+        "podman",
+        "run",
+        "--rm",
+        image,
+        "sh",
+        "-c",
+        "id -u; ansible --version | head -1; ansible-runner --version; ansible-galaxy collection list dsv4.sglang;"
+        " ssh -V 2>&1",
+    ).stdout
     uid, ansible_line, runner_line = out.splitlines()[:3]
     assert uid == "1000", out  # AWX runs jobs as an unprivileged user
     assert f"[core {core}]" in ansible_line, out
@@ -130,7 +169,9 @@ def job_dir(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("job")
     project = work / "project"
     project.mkdir()
-    (project / "deploy.yml").write_text("---\n- name: The collection's entry point\n  ansible.builtin.import_playbook: dsv4.sglang.deploy\n")
+    (project / "deploy.yml").write_text(
+        "---\n- name: The collection's entry point\n  ansible.builtin.import_playbook: dsv4.sglang.deploy\n"
+    )
     shutil.copy(ROOT / "inventories/lab/vault-password.txt", project / "vault-password.txt")
     (project / "ansible.cfg").write_text(
         "[defaults]\n"
@@ -142,10 +183,18 @@ def job_dir(tmp_path_factory) -> Path:
     )
     shutil.copytree(ROOT / "inventories/lab/group_vars", work / "inventory/group_vars", symlinks=False)
     lab = instance()
-    hosts = {"sglang_dsv4": {"hosts": {HOST: {
-        "ansible_host": lab["address"], "ansible_port": lab["port"], "ansible_user": lab["user"],
-        "sglang_lab_port_base": PORT_BASE,
-    }}}}
+    hosts = {
+        "sglang_dsv4": {
+            "hosts": {
+                HOST: {
+                    "ansible_host": lab["address"],
+                    "ansible_port": lab["port"],
+                    "ansible_user": lab["user"],
+                    "sglang_lab_port_base": PORT_BASE,
+                }
+            }
+        }
+    }
     (work / "inventory/hosts.yml").write_text(yaml.safe_dump(hosts))
     (work / "env").mkdir()
     (work / "env/ssh_key").write_text(Path(lab["identity_file"]).read_text())
@@ -155,9 +204,21 @@ def job_dir(tmp_path_factory) -> Path:
 
 def job(job_dir: Path, image: str, ident: str) -> dict:
     """One run of deploy.yml by ansible-runner in the image; what its artifacts say."""
-    run(str(TOOLS / "ansible-runner"), "run", str(job_dir), "-p", "deploy.yml", "--ident", ident,
-        "--process-isolation", "--process-isolation-executable", "podman", "--container-image", image,
-        "--container-option=--network=host")
+    run(
+        str(TOOLS / "ansible-runner"),
+        "run",
+        str(job_dir),
+        "-p",
+        "deploy.yml",
+        "--ident",
+        ident,
+        "--process-isolation",
+        "--process-isolation-executable",
+        "podman",
+        "--container-image",
+        image,
+        "--container-option=--network=host",
+    )
     artifacts = job_dir / "artifacts" / ident
     events = [json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")]
     stats = [e["event_data"] for e in events if e.get("event") == "playbook_on_stats"]
