@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 LAB_HOSTS ?= 1
 
-.PHONY: bootstrap lab deploy lab-down test lint sanity pytest molecule collection bench
+.PHONY: bootstrap lab deploy lab-down test lint sanity docs pytest molecule collection bench
 
 bootstrap:
 	@./scripts/bootstrap.sh
@@ -27,6 +27,9 @@ lint: bootstrap
 
 sanity: bootstrap
 	@./scripts/test.sh sanity
+
+docs: bootstrap
+	@./scripts/test.sh docs
 
 pytest: bootstrap
 	@./scripts/test.sh pytest

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test of the project: lint, pytest (unit, repository and contract tests), every molecule scenario.
-#   scripts/test.sh [lint|sanity|pytest|collection|molecule]...   (default: all; lint, sanity and pytest at once)
+# Every test of the project: lint, the docsite, pytest (unit, repository and contract tests), every molecule scenario.
+#   scripts/test.sh [lint|sanity|docs|pytest|collection|molecule]...   (default: all; the first four at once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PWD/.venv/bin:$PATH
@@ -18,6 +18,12 @@ lint() {
 sanity() {
   echo "== ansible-test sanity"
   ./scripts/sanity.sh
+}
+
+# antsibull-docs lint-collection-docs --plugin-docs, then the docsite built offline (HTML) and every page checked.
+docs() {
+  echo "== docs"
+  python scripts/docsite.py
 }
 
 run_pytest() {
@@ -95,6 +101,7 @@ run_step() {
   case $step in
     lint) lint ;;
     sanity) sanity ;;
+    docs) docs ;;
     collection) collection ;;
     pytest) run_pytest ;;
     molecule) run_molecule ;;
@@ -108,11 +115,11 @@ if ((${#steps[@]} == 0)); then
   # Everything. The second controller's tree (newest ansible-core, for the monitoring scenario) is made meanwhile;
   # its `run` waits for this build (a lock) and makes the tree itself if this build failed.
   ./scripts/newest-controller.sh build >/tmp/dsv4-newest-controller.log 2>&1 &
-  # lint, sanity and pytest share nothing: they run side by side, each into its own log, shown in order.
+  # lint, sanity, docs and pytest share nothing: they run side by side, each into its own log, shown in order.
   logs=$(mktemp -d)
   started=$SECONDS
   pids=()
-  for step in lint sanity pytest; do
+  for step in lint sanity docs pytest; do
     (run_step "$step") >"$logs/$step.log" 2>&1 &
     pids+=("$!")
   done
@@ -120,9 +127,9 @@ if ((${#steps[@]} == 0)); then
   for pid in "${pids[@]}"; do
     wait "$pid" || failed=1
   done
-  cat "$logs/lint.log" "$logs/sanity.log" "$logs/pytest.log"
+  cat "$logs/lint.log" "$logs/sanity.log" "$logs/docs.log" "$logs/pytest.log"
   rm -rf "$logs"
-  echo "== lint, sanity and pytest side by side: $((SECONDS - started)) s"
+  echo "== lint, sanity, docs and pytest side by side: $((SECONDS - started)) s"
   ((failed == 0)) || exit 1
   steps=(collection molecule)
 fi
