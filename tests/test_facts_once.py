@@ -2,13 +2,14 @@
 
 Another role, a playbook, an inventory (the lab's settings included) or the README's examples that write the same
 value again, as an assignment or as `NAME | default(VALUE)`, would drift from it the day the default changes; they
-leave it out, or read it. (The README's variables table is generated from argument_specs, scripts/role_docs.py.)
+leave it out, or read it. (The role reference is generated from argument_specs by antsibull-docs, scripts/docsite.py.)
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -89,14 +90,34 @@ def test_no_role_default_is_written_again(path: Path) -> None:
     assert not found, f"{path.relative_to(ROOT)} restates: " + "; ".join(found)
 
 
-def test_the_readme_examples_restate_no_default() -> None:
+def _rst_yaml_blocks(text: str) -> list[str]:
+    blocks = re.findall(r"^\.\. code(?:-block)?:: ya?ml\n\n((?:(?:   .*)?\n)+)", text, re.M)
+    return [textwrap.dedent(block) for block in blocks]
+
+
+def _yaml_examples() -> dict[str, list[str]]:
+    """The YAML examples of the README (fenced) and of the guides (RST code blocks), by file."""
+    examples = {"README.md": re.findall(r"```ya?ml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)}
+    for guide in sorted((ROOT / "docs/docsite/rst").glob("*.rst")):
+        examples[str(guide.relative_to(ROOT))] = _rst_yaml_blocks(guide.read_text())
+    return examples
+
+
+def test_the_example_reader_finds_a_guides_yaml_blocks() -> None:
+    text = "Set it:\n\n.. code:: yaml\n\n   sglang_genconfig_temperature: 0.6\n\n   a: 1\n\nThen run.\n"
+    assert _rst_yaml_blocks(text) == ["sglang_genconfig_temperature: 0.6\n\na: 1\n\n"]
+    assert restated(_rst_yaml_blocks(text)[0], None, True, DEFAULTS)
+
+
+def test_the_docs_examples_restate_no_default() -> None:
     found = []
-    for block in re.findall(r"```ya?ml\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
-        try:
-            found += restated(block, None, True, DEFAULTS)
-        except yaml.YAMLError:
-            found += restated(block, None, False, DEFAULTS)
-    assert not found, "README.md's YAML examples restate role defaults: " + "; ".join(found)
+    for path, blocks in _yaml_examples().items():
+        for block in blocks:
+            try:
+                found += [f"{path}: {item}" for item in restated(block, None, True, DEFAULTS)]
+            except yaml.YAMLError:
+                found += [f"{path}: {item}" for item in restated(block, None, False, DEFAULTS)]
+    assert not found, "YAML examples of the docs restate role defaults: " + "; ".join(found)
 
 
 def test_the_rule_finds_what_it_is_for(tmp_path: Path) -> None:
@@ -162,10 +183,10 @@ def _texts(*patterns: str) -> dict[Path, str]:
 
 
 def test_the_helper_modules_are_listed_once() -> None:
-    """plugin_utils/sglang_programs.py lists the helper set; no layout, role, playbook or README lists it again."""
+    """plugin_utils/sglang_programs.py lists the helper set; no layout, role, playbook, README or guide lists it again."""
     owner = ROOT / "plugins/plugin_utils/sglang_programs.py"
     assert all(name in owner.read_text() for name in HELPER_MODULES)
-    for path, text in _texts("roles/*/vars/*.yml", "roles/*/defaults/*.yml", "playbooks/*.yml", "README.md").items():
+    for path, text in _texts("roles/*/vars/*.yml", "roles/*/defaults/*.yml", "playbooks/*.yml", "README.md", "docs/docsite/rst/*.rst").items():
         lines = [line for line in text.splitlines() if sum(name in line for name in HELPER_MODULES) > 1]
         assert not lines, f"{path.relative_to(ROOT)} lists the helper set again: {lines[0][:120]}"
 

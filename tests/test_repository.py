@@ -213,11 +213,6 @@ def test_collection_builds_installs_and_its_roles_run_by_fqcn(tmp_path):
     assert (tmp_path / "units/sglang-dsv4-prefill.service").exists()
 
 
-def test_readme_variables_section_is_generated_from_argument_specs():
-    out = run(sys.executable, "scripts/role_docs.py", "--check")
-    assert out.returncode == 0, out.stderr
-
-
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
     assert (ROOT / ".ci/run").read_text().strip().endswith("exec make test")
@@ -247,8 +242,13 @@ def test_nothing_is_encrypted_with_the_lab_vault_password():
 
 
 def documented_vault_commands() -> list[str]:
-    """Every `ansible-vault ...` and `--vault-id ...` the README and the production inventory tell operators."""
-    texts = [(ROOT / "README.md").read_text(), (ROOT / "inventories/production/group_vars/sglang_dsv4.yml").read_text()]
+    """Every `ansible-vault ...` and `--vault-id ...` the README, the guides and the production inventory tell
+    operators."""
+    texts = [
+        (ROOT / "README.md").read_text(),
+        *(p.read_text() for p in sorted((ROOT / "docs/docsite/rst").glob("*.rst"))),
+        (ROOT / "inventories/production/group_vars/sglang_dsv4.yml").read_text(),
+    ]
     # A command, without the comment after it ("(clients' key)").
     commands = [
         m.group(0).split("(")[0].strip() for t in texts for m in re.finditer(r"ansible-vault encrypt_string [^\n`]*", t)
@@ -258,7 +258,7 @@ def documented_vault_commands() -> list[str]:
 
 
 def test_the_documented_vault_commands_work_as_written(tmp_path):
-    """The README's and the production inventory's commands, run as written with a password file in place of
+    """The README's, the guides' and the production inventory's commands, run as written with a password file in place of
     the prompt: the value is encrypted with the production id, and a play given that id decrypts it."""
     commands, ids = documented_vault_commands()
     assert commands and ids == {"prod"}, (commands, ids)
@@ -309,11 +309,19 @@ def test_ansible_temp_files_are_private_to_the_connecting_user():
     assert re.search(r"^remote_tmp = ~/\.ansible/tmp$", config, re.MULTILINE)
 
 
-def test_readme_documents_every_role():
+def test_the_docsite_holds_every_guide_and_a_page_for_every_role():
+    """Each guide of docs/docsite/rst is listed in extra-docs.yml (and each listed one exists), and scripts/docsite.py
+    checks a generated page for every role; `make test` builds the site (scripts/test.sh, docs)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    import role_docs
+    import docsite
 
-    assert set(role_docs.ROLE_ORDER) == set(ROLES)
+    pages = docsite.expected_pages()
+    assert {f"{role}_role.html" for role in ROLES} <= set(pages)
+    listed = {p.removeprefix("docsite/").removesuffix(".html") for p in pages if p.startswith("docsite/")}
+    assert listed == {p.stem for p in (ROOT / "docs/docsite/rst").glob("*.rst")}
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "the README is one page: the rest goes into a guide"
+    assert all(f"docs/docsite/rst/{guide}.rst" in readme for guide in listed), "the README links every guide"
 
 
 def test_every_role_variable_has_a_bad_input_case():
