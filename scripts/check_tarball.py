@@ -28,6 +28,8 @@ FORBIDDEN = (
     "Makefile",
     "ansible.cfg",
     "requirements.txt",
+    "requirements-ee.txt",
+    "execution-environment.yml",
     "pyproject.toml",
     "conftest.py",
 )

@@ -60,5 +60,5 @@ def test_smg_classes_are_those_of_sglang_router_for_the_routes_they_share() -> N
     old = {r["path"]: r["class"] for r in ROUTES["table"] + ROUTES["elsewhere"]}
     new = {r["path"]: r["class"] for r in SMG["table"] + SMG["elsewhere"]}
     assert set(new.values()) <= CLASSES - {"ha"}
-    # Measured differences, each said in the README: /get_loads stays admin-only, /loads is new and open.
+    # Measured differences, each said in the releases guide: /get_loads stays admin-only, /loads is new and open.
     assert {p: (old[p], new[p]) for p in set(old) & set(new) if old[p] != new[p]} == {}

@@ -29,7 +29,7 @@ from conftest import (
 
 DASHBOARD = json.loads((ROOT / "roles/sglang_monitoring/files/sglang-dsv4-dashboard.json").read_text())
 # Series that exist only after an event the lab does not have: failures and errors. Their alerts and panels are
-# proven by `promtool test rules` (roles/sglang_monitoring/tests/rules_test.yml); the README lists them.
+# proven by `promtool test rules` (roles/sglang_monitoring/tests/rules_test.yml); the monitoring guide lists them.
 AFTER_AN_EVENT = (
     "sglang:num_transfer_failed_reqs_total",
     "sglang:num_bootstrap_failed_reqs_total",

@@ -25,7 +25,7 @@ ROUTER_031 = {"sglang_runtime_router_lock": f"{LOCKS}/sglang-router-0.3.1.txt"}
 ROUTER_BROKEN = {"sglang_runtime_router_lock": f"{LOCKS}/sglang-router-0.3.2-no-setproctitle.txt"}
 SERVER_0522 = {"sglang_runtime_server_lock": f"{LOCKS}/sglang-0.5.22-nodeps.txt"}
 # smg end to end: the decode server announces its running window (--max-running-requests), which smg's PD
-# admission needs (without it smg warns at every start; README, "The router: sglang-router or smg").
+# admission needs (without it smg warns at every start; guide_releases, "The router: sglang-router or smg").
 SMG = {
     "sglang_runtime_router_package": "smg",
     "sglang_services_topology": {
