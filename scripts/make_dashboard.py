@@ -4,8 +4,8 @@
     python scripts/make_dashboard.py --check    # exit 1 when the committed JSON differs (run by the unit tests)
 
 Every query selects {fleet=~"$fleet", host=~"$host"}; the data source is the template variable ${datasource}.
-The lab proves each query returns a series (molecule/monitoring), except those the monitoring guide lists as appearing only
-after an event (failures) or only with NVIDIA's DCGM exporter (GPU row).
+The lab proves each query returns a series (molecule/monitoring), except those the monitoring guide lists as
+appearing only after an event (failures) or only with NVIDIA's DCGM exporter (GPU row).
 """
 
 from __future__ import annotations

@@ -183,10 +183,12 @@ def _texts(*patterns: str) -> dict[Path, str]:
 
 
 def test_the_helper_modules_are_listed_once() -> None:
-    """plugin_utils/sglang_programs.py lists the helper set; no layout, role, playbook, README or guide lists it again."""
+    """plugin_utils/sglang_programs.py lists the helper set; no layout, role, playbook, README or guide lists it
+    again."""
     owner = ROOT / "plugins/plugin_utils/sglang_programs.py"
     assert all(name in owner.read_text() for name in HELPER_MODULES)
-    for path, text in _texts("roles/*/vars/*.yml", "roles/*/defaults/*.yml", "playbooks/*.yml", "README.md", "docs/docsite/rst/*.rst").items():
+    sources = ("roles/*/vars/*.yml", "roles/*/defaults/*.yml", "playbooks/*.yml", "README.md", "docs/docsite/rst/*.rst")
+    for path, text in _texts(*sources).items():
         lines = [line for line in text.splitlines() if sum(name in line for name in HELPER_MODULES) > 1]
         assert not lines, f"{path.relative_to(ROOT)} lists the helper set again: {lines[0][:120]}"
 

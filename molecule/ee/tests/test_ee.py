@@ -1,5 +1,6 @@
 """The execution environment as AWX runs it: execution-environment.yml's context, its image, and deploy.yml run
-through ansible-runner inside that image onto the lab host, judged from the runner's artifacts and from the host.
+through ansible-runner inside that image onto the lab host (its first deploy, a sampling change, a run that changes
+nothing), judged from the runner's artifacts and from the host.
 
 The image is built with podman from a base made here (the lab hosts' Debian 12 tree, imported; no registry is
 reachable), with the lab's podman settings (../containers.conf); everything else is what an AWX user builds.
@@ -198,7 +199,6 @@ def job_dir(tmp_path_factory) -> Path:
     (work / "inventory/hosts.yml").write_text(yaml.safe_dump(hosts))
     (work / "env").mkdir()
     (work / "env/ssh_key").write_text(Path(lab["identity_file"]).read_text())
-    (work / "env/extravars").write_text(yaml.safe_dump({"sglang_genconfig_temperature": TEMPERATURE}))
     return work
 
 
@@ -233,27 +233,48 @@ def job(job_dir: Path, image: str, ident: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def jobs(job_dir, image) -> list[dict]:
-    return [job(job_dir, image, "change"), job(job_dir, image, "again")]
+def jobs(host, job_dir, image) -> dict[str, dict]:
+    """The host's first deploy, a sampling change, then the same again: each a job of its own, with the host's state
+    read after it."""
+    booted = host.run("systemctl is-system-running --wait")  # what converge.yml waits for first
+    assert booted.stdout.strip() in ("running", "degraded"), booted.stdout + booted.stderr
+    change = {"sglang_genconfig_temperature": TEMPERATURE}
+    done = {}
+    for ident, extravars in (("first", {}), ("change", change), ("again", change)):
+        (job_dir / "env/extravars").write_text(yaml.safe_dump(extravars))
+        done[ident] = {**job(job_dir, image, ident), "state": host_state(host)}
+    return done
 
 
-def test_both_jobs_ran_inside_the_image_and_succeeded(jobs):
-    for done in jobs:
-        assert (done["status"], done["rc"]) == ("successful", "0"), done["stdout"][-4000:]
-        assert done["command"][0].endswith("podman") and IMAGE in done["command"], done["command"]
-        assert not done["stats"]["failures"] and not done["stats"]["dark"], done["stats"]
+def test_every_job_ran_inside_the_image_and_succeeded(jobs):
+    for ident, done in jobs.items():
+        assert (done["status"], done["rc"]) == ("successful", "0"), (ident, done["stdout"][-4000:])
+        assert done["command"][0].endswith("podman") and IMAGE in done["command"], (ident, done["command"])
+        assert not done["stats"]["failures"] and not done["stats"]["dark"], (ident, done["stats"])
+        assert runs_from_disk(done["state"]) == [], ident
 
 
-def test_the_first_job_rolls_the_sampling_change_and_the_second_changes_nothing(jobs):
-    change, again = (done["stats"] for done in jobs)
-    assert change["changed"].get(HOST, 0) > 0, change
-    assert again["changed"].get(HOST, 0) == 0 and again["ok"].get(HOST, 0) > 0, again
+def test_the_change_restarts_prefill_and_decode_and_the_run_after_it_changes_nothing(jobs):
+    first, change, again = (jobs[ident] for ident in ("first", "change", "again"))
+    assert first["stats"]["changed"].get(HOST, 0) > 0, first["stats"]
+    assert change["stats"]["changed"].get(HOST, 0) > 0, change["stats"]
+    assert again["stats"]["changed"].get(HOST, 0) == 0 and again["stats"]["ok"].get(HOST, 0) > 0, again["stats"]
+    units = {ident: jobs[ident]["state"]["units"] for ident in jobs}
+    for server in ("prefill", "decode"):
+        assert units["change"][server]["invocation"] != units["first"][server]["invocation"], server
+        assert units["again"][server]["invocation"] == units["change"][server]["invocation"], server
+    assert units["change"]["router"]["invocation"] == units["first"]["router"]["invocation"]
 
 
 def test_the_host_serves_the_new_defaults_from_what_the_image_wrote(host, jobs):
     genconfig = json.loads(host.file("/srv/models/DeepSeek-V4-Flash/generation_config.json").content_string)
     assert genconfig["temperature"] == TEMPERATURE
-    state = host_state(host)
-    assert runs_from_disk(state) == []
-    for server in ("prefill", "decode"):
-        assert (state["units"][server]["logged"] or {}).get("temperature") == TEMPERATURE, state["units"][server]
+    default = yaml.safe_load((ROOT / "roles/sglang_genconfig/defaults/main.yml").read_text())
+    for ident, expected in (
+        ("first", default["sglang_genconfig_temperature"]),
+        ("change", TEMPERATURE),
+        ("again", TEMPERATURE),
+    ):
+        for server in ("prefill", "decode"):
+            logged = jobs[ident]["state"]["units"][server]["logged"] or {}
+            assert logged.get("temperature") == expected, (ident, server, logged)
