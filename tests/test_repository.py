@@ -258,8 +258,8 @@ def documented_vault_commands() -> list[str]:
 
 
 def test_the_documented_vault_commands_work_as_written(tmp_path):
-    """The README's, the guides' and the production inventory's commands, run as written with a password file in place of
-    the prompt: the value is encrypted with the production id, and a play given that id decrypts it."""
+    """The README's, the guides' and the production inventory's commands, run as written with a password file in
+    place of the prompt: the value is encrypted with the production id, and a play given that id decrypts it."""
     commands, ids = documented_vault_commands()
     assert commands and ids == {"prod"}, (commands, ids)
     password = tmp_path / "prod-password"
