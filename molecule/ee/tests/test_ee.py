@@ -116,7 +116,7 @@ def lab_base() -> str:
 
 
 @pytest.fixture(scope="module")
-def image(context, lab_base) -> str:
+def image(context, lab_base):
     """`ansible-builder build` as a user runs it, from the lab's base, with apt-get as the package manager."""
     run(
         str(TOOLS / "ansible-builder"),
@@ -138,7 +138,10 @@ def image(context, lab_base) -> str:
         f"--extra-build-cli-args=--network host --volume {CA_BUNDLE}:{CA_BUNDLE}:ro",
         cwd=context,
     )
-    return IMAGE
+    yield IMAGE
+    # The image and its build's intermediate layers go; the lab base stays, for the next run on this tree.
+    subprocess.run(["podman", "rmi", "-f", IMAGE], env=ENV, capture_output=True, check=False)
+    subprocess.run(["podman", "image", "prune", "-f"], env=ENV, capture_output=True, check=False)
 
 
 def test_the_image_runs_the_pinned_ansible_and_the_collection_as_built(image):
@@ -217,7 +220,13 @@ def job(job_dir: Path, image: str, ident: str) -> dict:
         "podman",
         "--container-image",
         image,
+        # The lab hosts listen on this machine's loopback. As root, podman runs the image's user (1000) against a
+        # job folder and an SSH-key FIFO that ansible-runner makes root's own: --user=0, as ansible-runner itself
+        # passes --user=<its uid> to docker (AWX's rootless podman maps the user instead).
         "--container-option=--network=host",
+        "--container-option=--user=0",
+        # A job whose container never reads the key leaves ansible-runner waiting on its FIFO: bounded here.
+        timeout=900,
     )
     artifacts = job_dir / "artifacts" / ident
     events = [json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")]
