@@ -31,6 +31,7 @@ TEMPERATURE = 0.7
 # podman's own settings for this machine, and the host's CA bundle for pip inside the build (PyPI's certificate).
 ENV = {**os.environ, "CONTAINERS_CONF": str(SCENARIO / "containers.conf")}
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+LAB_LOCKS = "/var/cache/sglang-dsv4/lab-wheelhouse/locks"
 
 
 def run(*argv: str, timeout: int = 1500, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -225,6 +226,9 @@ def job(job_dir: Path, image: str, ident: str) -> dict:
         # passes --user=<its uid> to docker (AWX's rootless podman maps the user instead).
         "--container-option=--network=host",
         "--container-option=--user=0",
+        # The servers' lock is read on the controller (the lab keeps it in its wheelhouse, where the lab settings
+        # name it; a production project keeps its own beside the inventory, inventories/production/locks).
+        f"--container-volume-mount={LAB_LOCKS}:{LAB_LOCKS}:ro",
         # A job whose container never reads the key leaves ansible-runner waiting on its FIFO: bounded here.
         timeout=900,
     )
