@@ -12,6 +12,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def instance() -> dict:
+    """Address, port, user and key of molecule's (first) lab host."""
+    import yaml
+
+    return yaml.safe_load(Path(os.environ["MOLECULE_INSTANCE_CONFIG"]).read_text())[0]
+
+
 def inventory() -> str:
     return os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-from labtools import ROOT, deploy, inventory, lab_secret, playbook, recap, text
+from labtools import ROOT, deploy, instance, inventory, lab_secret, playbook, recap, text
 
-__all__ = ["ROOT", "deploy", "inventory", "lab_secret", "playbook", "recap", "text"]
+__all__ = ["ROOT", "deploy", "instance", "inventory", "lab_secret", "playbook", "recap", "text"]
 PORT_BASE = 32010
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 GENCONFIG = f"{MODEL}/generation_config.json"
@@ -20,8 +17,3 @@ MANAGED = (
     "/etc/sglang-dsv4/credentials/* /etc/systemd/system/sglang-dsv4*.service /etc/systemd/system/sglang-dsv4.target "
     "/usr/local/libexec/sglang-dsv4/* /opt/sglang-dsv4-lab/*"
 )
-
-
-def instance() -> dict:
-    """Address, port and key of molecule's (single) lab host."""
-    return yaml.safe_load(Path(os.environ["MOLECULE_INSTANCE_CONFIG"]).read_text())[0]
