@@ -135,7 +135,7 @@ def task_times(path: Path) -> dict:
     """The environment that makes a run write each task's wall time (bench/callback_plugins) to `path`."""
     return {
         "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "bench/callback_plugins"),
-        "ANSIBLE_CALLBACKS_ENABLED": "bench_task_times",
+        "ANSIBLE_CALLBACKS_ENABLED": "bench_task_times,dsv4.sglang.sglang_preload",
         "BENCH_TASK_TIMES": str(path),
     }
 

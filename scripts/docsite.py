@@ -6,7 +6,7 @@ scripts/docsite.py --dest DIR   the same, and keep the site in DIR (open DIR/bui
 The guides are docs/docsite/rst/*.rst (listed in docs/docsite/extra-docs.yml); the role and plugin reference is
 generated from each role's meta/argument_specs.yml and each plugin's own documentation. `make test` runs this beside
 lint. The tools come from .venv-ee (scripts/bootstrap.sh). Sphinx treats every warning as an error; the only
-references left unresolved are three labels of Ansible's own documentation, which intersphinx would fetch from the
+references left unresolved are four labels of Ansible's own documentation, which intersphinx would fetch from the
 network (none here).
 """
 
@@ -33,6 +33,7 @@ nitpicky = True
 nitpick_ignore = [
     ("std:ref", "common_return_values"),
     ("std:ref", "action_plugins"),
+    ("std:ref", "callback_plugins"),
     ("std:ref", "ansible_configuration_settings"),
 ]
 """
@@ -49,6 +50,7 @@ def expected_pages() -> list[str]:
     pages = [f"{p.parents[1].name}_role.html" for p in sorted(ROOT.glob("roles/*/meta/argument_specs.yml"))]
     pages += [f"{p.stem}_module.html" for p in sorted(ROOT.glob("plugins/modules/sglang_*.py"))]
     pages += [f"{p.stem}_filter.html" for p in sorted(ROOT.glob("plugins/filter/sglang_*.yml"))]
+    pages += [f"{p.stem}_callback.html" for p in sorted(ROOT.glob("plugins/callback/sglang_*.py"))]
     extra = yaml.safe_load((ROOT / "docs/docsite/extra-docs.yml").read_text())
     pages += [f"docsite/{guide}.html" for section in extra["sections"] for guide in section["toctree"]]
     return pages

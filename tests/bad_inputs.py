@@ -52,7 +52,7 @@ def run(playbook: str, inventories: list[str], workdir: Path, extra: list[str] |
         **os.environ,
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.tree",
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.tree,dsv4.sglang.sglang_preload",
         "ANSIBLE_CALLBACK_TREE_DIR": str(tree),
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
     }

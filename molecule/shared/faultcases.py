@@ -32,7 +32,7 @@ GENCONFIG = f"{MODEL}/generation_config.json"
 LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
 FAULTS = {
     "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
-    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault",
+    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
 }
 RESTART = "Restart what does not run from its inputs (prefill and decode together, the router on its own)"
 

@@ -26,7 +26,7 @@ TEMPERATURE = '{{"sglang_genconfig_temperature": {}}}'
 # The lab fault injector (molecule/shared/fault_plugins), for a run held at a named task.
 FAULTS = {
     "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
-    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault",
+    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
     "ANSIBLE_NOCOLOR": "1",
 }
 

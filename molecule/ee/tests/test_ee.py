@@ -183,6 +183,7 @@ def job_dir(tmp_path_factory) -> Path:
         "collections_path = /usr/share/ansible/collections\n"  # the image's collection only
         "interpreter_python = auto_silent\n"
         "forks = 8\n"
+        "callbacks_enabled = dsv4.sglang.sglang_preload\n"
         "vault_identity_list = lab@/runner/project/vault-password.txt\n"
         "[ssh_connection]\npipelining = true\n"
     )
