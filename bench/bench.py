@@ -46,6 +46,8 @@ BALANCER_PORT = 23000
 LOAD_RATE = 20
 LOAD_HEADING = "## Under load:"
 STEPS_HEADING = "## Steps and the capacity guard under load"
+# The last section, written by bench/cpu.py; --steps-only keeps it.
+CPU_HEADING = "## A run's CPU: ssh pipelining and the preload"
 # Issue 28's measurement: 8 hosts whose servers take 20 s to load, a sampling change at batch 1 and in steps.
 STEPS_HOSTS = 8
 STEPS_STARTUP = 20
@@ -830,7 +832,8 @@ def steps_main(args: argparse.Namespace, argv: list[str]) -> int:
     command = f".venv/bin/python bench/bench.py {' '.join(argv)}"
     old = args.output.read_text() if args.output.exists() else ""
     before = old.split(STEPS_HEADING, 1)[0].rstrip("\n")
-    args.output.write_text(before + "\n\n" + steps_report(results, args.runs, command))
+    cpu = ("\n" + CPU_HEADING + old.split(CPU_HEADING, 1)[1]) if CPU_HEADING in old else ""
+    args.output.write_text(before + "\n\n" + steps_report(results, args.runs, command).rstrip("\n") + "\n" + cpu)
     print(args.output.read_text())
     return 0
 

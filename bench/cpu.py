@@ -5,9 +5,9 @@ ansible.cfg (pipelining and the dsv4.sglang.sglang_preload callback).
 Runs against the lab inventory's first host (boot it with `make deploy`), alternating the settings run by run, each
 run a sampling change (a new temperature, then back to the inventory's). CPU is the whole machine's, from
 /proc/stat: the controller, the lab host's sshd, modules and services alike. Prints medians and ratios to the
-first setting; BENCHMARKS.md quotes a run of it.
+first setting, and with --write puts them in BENCHMARKS.md as its last section (bench.py keeps it).
 
-    .venv/bin/python bench/cpu.py [--runs 3]
+    .venv/bin/python bench/cpu.py [--runs 3] [--write]
 """
 
 from __future__ import annotations
@@ -22,13 +22,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+HEADING = "## A run's CPU: ssh pipelining and the preload"
 BIN = Path(sys.executable).parent
 # The runs without the preload read the repository's ansible.cfg without its callbacks_enabled line (NO_PRELOAD).
 NO_PRELOAD = "ansible.cfg without callbacks_enabled"
 SETTINGS = {
-    "no pipelining, no preload": {"ANSIBLE_PIPELINING": "0", "ANSIBLE_CONFIG": NO_PRELOAD},
+    "no pipelining, no preload (molecule's own ansible.cfg before 2026-12-03)": {
+        "ANSIBLE_PIPELINING": "0",
+        "ANSIBLE_CONFIG": NO_PRELOAD,
+    },
     "pipelining": {"ANSIBLE_PIPELINING": "1", "ANSIBLE_CONFIG": NO_PRELOAD},
-    "pipelining and preload (ansible.cfg)": {},
+    "pipelining and the preload (the repository's ansible.cfg)": {},
 }
 
 
@@ -51,6 +55,7 @@ def deploy(temperature: float, env: dict) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--write", action="store_true", help="replace the last section of BENCHMARKS.md")
     args = parser.parse_args()
     config = (ROOT / "ansible.cfg").read_text()
     lines = [line for line in config.splitlines() if not line.startswith("callbacks_enabled")]
@@ -74,12 +79,27 @@ def main() -> int:
     # Back to the inventory's temperature.
     subprocess.run([str(BIN / "ansible-playbook"), "deploy.yml"], cwd=ROOT, capture_output=True, check=False)
     first = None
-    print(f"| settings | CPU seconds (median of {args.runs}) | ratio | wall seconds | ratio |")
-    print("|---|---:|---:|---:|---:|")
+    lines = [
+        HEADING,
+        "",
+        f"`.venv/bin/python bench/cpu.py --runs {args.runs}` ({time.strftime('%Y-%m-%d %H:%M')}, the lab inventory's",
+        "first host): a sampling change (prefill and decode restarted) through deploy.yml, alternating the settings",
+        "run by run; CPU is the whole machine's from /proc/stat (the controller, the lab host's sshd, modules and",
+        f"services). Medians of {args.runs}.",
+        "",
+        "| settings | CPU seconds | ratio | wall seconds | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, runs in results.items():
         cpu, wall = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
         first = first or (cpu, wall)
-        print(f"| {name} | {cpu:.1f} | {cpu / first[0]:.2f} | {wall:.1f} | {wall / first[1]:.2f} |")
+        lines.append(f"| {name} | {cpu:.1f} | {cpu / first[0]:.2f} | {wall:.1f} | {wall / first[1]:.2f} |")
+    print("\n".join(lines))
+    if args.write:
+        path = ROOT / "BENCHMARKS.md"
+        old = path.read_text()
+        before = old.split(HEADING, 1)[0].rstrip("\n") if HEADING in old else old.rstrip("\n")
+        path.write_text(before + "\n\n" + "\n".join(lines) + "\n")
     return 0
 
 
