@@ -71,7 +71,7 @@ def main() -> int:
     )
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in SETTINGS}
     step = 0
-    for _ in range(args.runs):
+    for _run in range(args.runs):
         for name, env in SETTINGS.items():
             step += 1
             env = {k: str(no_preload) if v == NO_PRELOAD else v for k, v in env.items()}

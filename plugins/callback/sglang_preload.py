@@ -8,11 +8,6 @@ CPU on the controller (bench/bench.py --controller-cpu measures it). It changes 
 
 from __future__ import annotations
 
-import pathlib
-
-from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import filter_loader, test_loader
-
 DOCUMENTATION = """
 name: sglang_preload
 type: aggregate
@@ -26,6 +21,11 @@ requirements:
   - enabled with C(callbacks_enabled = dsv4.sglang.sglang_preload) in C(ansible.cfg), or
     C(ANSIBLE_CALLBACKS_ENABLED=dsv4.sglang.sglang_preload)
 """
+
+import pathlib  # noqa: E402 (the sanity test wants the documentation first)
+
+from ansible.plugins.callback import CallbackBase  # noqa: E402
+from ansible.plugins.loader import filter_loader, test_loader  # noqa: E402
 
 # The collection's filters are documented one per file next to their code (plugins/filter/NAME.yml).
 _FILTER_DOCS = pathlib.Path(__file__).resolve().parents[1] / "filter"
