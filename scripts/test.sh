@@ -48,10 +48,9 @@ collection() {
 }
 
 # The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
-# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test (2026-12-03,
-# 76 min in all, seconds): failsafe 3297, fleet 770, drift 140 (lane 4207); default 2375, monitoring 784, releases
-# 555 (3714); traffic 2915, interrupted 1245, ee 131 (4291; ee's image layers cached). The earlier packing
-# (failsafe with interrupted) would have made a lane of about 4540 s by the same figures. The lab is CPU-bound
+# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test (2026-12-03
+# 20:54, 67 min in all, seconds): failsafe 2711, fleet 723, drift 144 (lane 3578); default 1835, monitoring 783,
+# releases 626 (3244); traffic 2501, interrupted 1139, ee 141 (3781; ee's image layers cached). The lab is CPU-bound
 # on 2 cores: a fourth lane made every scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no
 # scenario of four lanes had finished after 55 minutes). Every scenario must be in exactly one lane.
 LANES=("failsafe fleet drift" "default monitoring releases" "traffic interrupted ee")
