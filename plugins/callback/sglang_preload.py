@@ -2,8 +2,8 @@
 
 Ansible runs each task of each host in a worker forked from the main process; a worker that templates a filter loads
 the filter's file, and every other filter file of the same collection, from source, and throws them away when it
-exits. Loaded here before the first task, they are in every worker already: a deploy run spends about a fifth less
-CPU on the controller (bench/bench.py --controller-cpu measures it). It changes nothing a run does or prints.
+exits. Loaded here before the first task, they are in every worker already (bench/cpu.py measures what a deploy run
+saves; BENCHMARKS.md, "A run's CPU"). It changes nothing a run does or prints.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ class CallbackModule(CallbackBase):
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook):
-        names = ["ansible.builtin.to_json"] + [f"dsv4.sglang.{doc.stem}" for doc in sorted(_FILTER_DOCS.glob("*.yml"))]
-        for name in names:
+        # One name loads every file of its kind: Ansible's own filters and tests all at once, this collection's
+        # filters one file per documented filter.
+        names = [(filter_loader, "ansible.builtin.to_json"), (test_loader, "ansible.builtin.match")]
+        names += [(filter_loader, f"dsv4.sglang.{doc.stem}") for doc in sorted(_FILTER_DOCS.glob("*.yml"))]
+        for loader, name in names:
             try:
-                filter_loader.get_with_context(name)
+                loader.get_with_context(name)
             except Exception as exc:  # a filter that does not load fails where a task uses it, with Ansible's message
                 self._display.vvv(f"sglang_preload: {name}: {exc}")
-        try:
-            test_loader.get_with_context("ansible.builtin.match")
-        except Exception as exc:
-            self._display.vvv(f"sglang_preload: ansible.builtin.match: {exc}")
