@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -471,3 +472,18 @@ def test_the_prefill_bootstrap_port_answers_health(stack):
     urls, _procs = stack
     wait_status(urls["prefill"] + "/health", 200)
     assert call(urls["bootstrap"] + "/health") == (200, "OK")
+
+
+def test_the_toy_models_scores_are_computed_once_per_word_and_never_differ_from_the_table():
+    """The score table is cached (the hashing was half of the stand-in's CPU per request under steady load): every
+    row equals the uncached computation, a generation reads its rows from the cache, and the cache never changes
+    what is sampled (the same seed, the same answer, with the cache cold or warm)."""
+    params = {"temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+    standin._logits.cache_clear()
+    cold = standin.generate("tell me", params, 48, 7)
+    assert all(standin._logits(w) == standin._logits.__wrapped__(w) for w in [*standin.VOCAB, "me"])
+    hits = standin._logits.cache_info().hits
+    warm = standin.generate("tell me", params, 48, 7)
+    assert warm == cold and standin._logits.cache_info().hits >= hits + 48 - 1
+    # A caller that masks end-of-text changes its own copy, never the cached row.
+    assert standin._logits("the")[-1] != -math.inf
