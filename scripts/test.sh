@@ -48,13 +48,13 @@ collection() {
 }
 
 # The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
-# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test (2026-12-03
-# 20:54, 67 min in all, seconds): failsafe 2711, fleet 723, drift 144, default 1835, monitoring 783, releases 626,
-# traffic 2501, interrupted 1139, ee 141. In the lanes of that run (failsafe fleet drift | default monitoring
-# releases | traffic interrupted ee: 3578 | 3244 | 3781) the second lane stood idle for the last nine minutes; with
-# drift and ee moved to it the lanes come to 3434 | 3529 | 3640 by those figures. The lab is CPU-bound on 2 cores: a
-# fourth lane made every scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four
-# lanes had finished after 55 minutes). Every scenario must be in exactly one lane.
+# lab caches are built once, under a lock), about evenly long. Measured in two fresh clones' make test at 7444d8d
+# (2026-12-04, 60 and 55 min in all; seconds, first run / second): failsafe 2314 / 2165, fleet 791 / 692 (lane 3105 /
+# 2857); default 1375 / 1366, monitoring 838 / 696, releases 587 / 480, drift 239 / 206, ee 162 / 161 (3201 / 2909);
+# traffic 2181 / 2035, interrupted 1166 / 1004 (3347 / 3039). Before, drift and ee ran in the first and third lanes
+# and the second stood idle for its last nine minutes. The lab is CPU-bound on 2 cores: a fourth lane made every
+# scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four lanes had finished after
+# 55 minutes). Every scenario must be in exactly one lane.
 LANES=("failsafe fleet" "default monitoring releases drift ee" "traffic interrupted")
 run_molecule() {
   echo "== molecule"
