@@ -8,6 +8,9 @@ module: sglang_ask
 short_description: Read what each server runs with, and ask the router chat questions, all at once
 description:
   - The verification's and the canary's one call on the host, in place of one C(uri) or C(shell) task per item.
+  - With O(ready), first waits until each of those units is active and running and its URL answers 200, within
+    O(ready_timeout) and 15 seconds (the restart's own wait, module_utils/sglang_ready.py); a unit that failed, or
+    did not get ready in time, fails the call naming it (its journal quoted, keys masked) and nothing is asked.
   - For each of C(servers), its C(/server_info) (only C(sampling_defaults) is returned; the rest holds the API key)
     and the C(Using default chat sampling params) line its current invocation logged (C(journalctl
     _SYSTEMD_INVOCATION_ID=)). A server whose C(/server_info) does not answer 200 fails the call, naming it.
@@ -45,6 +48,16 @@ options:
     description: Seconds each request may take.
     type: int
     default: 120
+  ready:
+    description: Units to wait for first, each C(name) and C(health_url) (C(/health) of a server, C(/readiness) of
+      the router).
+    type: list
+    elements: dict
+    default: []
+  ready_timeout:
+    description: The units' start timeout (TimeoutStartSec), in seconds, that bounds the wait for O(ready).
+    type: int
+    default: 600
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -65,6 +78,11 @@ modes:
   description: Per server, the C(sampling_defaults) its C(/server_info) reports.
   returned: always
   type: dict
+ready:
+  description: The wait for O(ready) - C(units) (per unit, its last ActiveState/SubState and URL status), C(waited)
+    (seconds) and C(failure) (null, or why it failed).
+  returned: always
+  type: dict
 logged:
   description: Per server, the defaults its current invocation logged at start, or null when it logged none.
   returned: always
@@ -79,9 +97,11 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_probe
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_probe, sglang_ready
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 
+# Seconds allowed beyond the start timeout for the units of `ready` (the restart module's default margin).
+READY_MARGIN = 15
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
 MAX_PARALLEL = 16
 
@@ -136,16 +156,21 @@ def main() -> None:
             # Not a secret: the number of tokens an answer may have.
             "max_tokens": {"type": "int", "default": 64, "no_log": False},
             "timeout": {"type": "int", "default": 120},
+            "ready": {"type": "list", "elements": "dict", "default": []},
+            "ready_timeout": {"type": "int", "default": 600},
         },
         supports_check_mode=True,
     )
     p = module.params
+    ready = sglang_ready.wait_ready(module.run_command, p["ready"], p["ready_timeout"], READY_MARGIN, [])
+    if ready["failure"]:
+        module.fail_json(msg=ready["failure"], ready=ready)
     modes = {s["name"]: server_mode(module, s) for s in p["servers"]}
     logged = {s["name"]: logged_defaults(module, s["name"]) for s in p["servers"]}
     url = p["router_url"].rstrip("/") + "/v1/chat/completions"
     bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]]
     answers = ask_all(url, p["api_key"], p["timeout"], bodies)
-    module.exit_json(changed=False, modes=modes, logged=logged, answers=answers)
+    module.exit_json(changed=False, ready=ready, modes=modes, logged=logged, answers=answers)
 
 
 if __name__ == "__main__":

@@ -117,25 +117,12 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact, secrets_of
-
-# Seconds between two looks at the units: a restart is seen about this soon after it is ready.
-POLL = 0.2
-
-
-PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic")
-
-
-def unit_props(module: AnsibleModule, name: str) -> dict[str, str]:
-    argv = ["systemctl", "show", name, *(f"--property={p}" for p in PROPERTIES)]
-    _unused, out, _unused2 = module.run_command(argv)
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_ready
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import secrets_of
 
 
 def installed(module: AnsibleModule, name: str) -> bool:
-    return unit_props(module, name).get("LoadState") not in ("not-found", None)
+    return sglang_ready.installed(module.run_command, name)
 
 
 def enabled(module: AnsibleModule, name: str) -> bool:
@@ -145,7 +132,7 @@ def enabled(module: AnsibleModule, name: str) -> bool:
 
 def orphaned(module: AnsibleModule, name: str) -> bool:
     """Whether the unit runs (or is starting, stopping, or failed) while no unit file describes it."""
-    props = unit_props(module, name)
+    props = sglang_ready.unit_props(module.run_command, name)
     return props.get("LoadState") == "not-found" and props.get("ActiveState") not in ("inactive", None, "")
 
 
@@ -169,11 +156,6 @@ def unlink_dangling(unit_dir: str, names: list[str]) -> list[str]:
             os.rmdir(folder)
             removed.append(folder)
     return removed
-
-
-def journal_tail(module: AnsibleModule, name: str) -> str:
-    _unused, out, _unused2 = module.run_command(["journalctl", "--no-pager", "-o", "cat", "-n", "12", "-u", name])
-    return redact(out.strip(), secrets_of(module.params["secret_files"]))
 
 
 def main() -> None:
@@ -232,56 +214,29 @@ def main() -> None:
         if installed(module, name):
             module.run_command(["systemctl", "start", "--no-block", name], check_rc=True)
 
-    started = time.monotonic()
-    deadline = started + p["timeout"] + p["margin"]
-    wait = [u for u in p["wait"] if installed(module, u["name"])]
-    units = {u["name"]: {"url": u["health_url"], "active": "", "sub": "", "status": 0} for u in wait}
-    pending = set(units)
-    while pending:
-        for name in sorted(pending):
-            entry = units[name]
-            props = unit_props(module, name)
-            entry["active"], entry["sub"] = props.get("ActiveState", "unknown"), props.get("SubState", "unknown")
-            if (
-                name.removesuffix(".service") in fresh
-                and int(props.get("InactiveExitTimestampMonotonic") or 0) <= issued_us
-            ):
-                # The queued job has not begun this unit's new start yet.
-                continue
-            if entry["active"] == "failed" or entry["sub"] == "auto-restart":
-                module.fail_json(
-                    msg=f"{name} did not start: it is {entry['active']} ({entry['sub']}) after "
-                    f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(module, name)}",
-                    units=units,
-                    waited=round(time.monotonic() - started, 1),
-                    enabled=to_enable,
-                    stopped=stopped,
-                    unlinked=unlinked,
-                )
-            if entry["active"] == "active" and entry["sub"] == "running":
-                # The router's own certificate, on loopback: checked for being up, not for who it is.
-                entry["status"] = call(entry["url"], timeout=5)[0]
-                if entry["status"] == 200:
-                    pending.discard(name)
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            late = ", ".join(
-                f"{n} ({units[n]['active']}/{units[n]['sub']}, {units[n]['url']} -> {units[n]['status']})"
-                for n in sorted(pending)
-            )
-            module.fail_json(
-                msg=f"not ready within the start timeout of {p['timeout']} s (+{p['margin']} s): {late}",
-                units=units,
-                waited=round(time.monotonic() - started, 1),
-                enabled=to_enable,
-                stopped=stopped,
-                unlinked=unlinked,
-            )
-        time.sleep(POLL)
+    # Within one start timeout (module_utils/sglang_ready.py, also the verification's wait).
+    ready = sglang_ready.wait_ready(
+        module.run_command,
+        p["wait"],
+        p["timeout"],
+        p["margin"],
+        secrets_of(p["secret_files"]),
+        frozenset(fresh),
+        issued_us,
+    )
+    units = ready["units"]
+    if ready["failure"]:
+        module.fail_json(
+            msg=ready["failure"],
+            units=units,
+            waited=ready["waited"],
+            enabled=to_enable,
+            stopped=stopped,
+            unlinked=unlinked,
+        )
     module.exit_json(
         changed=acting,
-        waited=round(time.monotonic() - started, 1),
+        waited=ready["waited"],
         units=units,
         enabled=to_enable,
         stopped=stopped,

@@ -1,0 +1,93 @@
+"""Whether the services are up: the one wait of the restart (module sglang_service_restart) and of the
+verification (module sglang_ask's `ready`).
+
+A unit is ready once systemd says it is active and running and its URL (a server's `/health`, the router's
+`/readiness`) answers 200. A unit this call restarted counts only after it left the inactive state after the
+restart was issued: the old process answering `/health`, or the failed state of an earlier start, says nothing
+about the new one. A unit that enters `failed` or `auto-restart` fails the wait at once, quoting its journal with
+every key masked. `run` is the module's `run_command` (argv in, rc, stdout, stderr out).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact
+
+# Seconds between two looks at the units: a restart is seen about this soon after it is ready.
+POLL = 0.2
+PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic")
+
+
+def unit_props(run: Run, name: str) -> dict[str, str]:
+    _unused, out, _unused2 = run(["systemctl", "show", name, *(f"--property={p}" for p in PROPERTIES)])
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def installed(run: Run, name: str) -> bool:
+    return unit_props(run, name).get("LoadState") not in ("not-found", None)
+
+
+def journal_tail(run: Run, name: str, secrets: list[str]) -> str:
+    _unused, out, _unused2 = run(["journalctl", "--no-pager", "-o", "cat", "-n", "12", "-u", name])
+    return redact(out.strip(), secrets)
+
+
+def wait_ready(
+    run: Run,
+    wait: list[dict],
+    timeout: int,
+    margin: int,
+    secrets: list[str],
+    fresh: frozenset[str] = frozenset(),
+    issued_us: int = 0,
+) -> dict:
+    """Waits for every installed unit of `wait` ({name, health_url}) within `timeout` + `margin` seconds.
+
+    Returns {units: {name: {url, active, sub, status}}, waited: seconds, failure: None or why}; `fresh` names the
+    units restarted at `issued_us` (this host's monotonic clock, in microseconds)."""
+    started = time.monotonic()
+    deadline = started + timeout + margin
+    units = {
+        u["name"]: {"url": u["health_url"], "active": "", "sub": "", "status": 0}
+        for u in wait
+        if installed(run, u["name"])
+    }
+    pending = set(units)
+
+    def result(failure: str | None) -> dict:
+        return {"units": units, "waited": round(time.monotonic() - started, 1), "failure": failure}
+
+    while pending:
+        for name in sorted(pending):
+            entry = units[name]
+            props = unit_props(run, name)
+            entry["active"], entry["sub"] = props.get("ActiveState", "unknown"), props.get("SubState", "unknown")
+            if (
+                name.removesuffix(".service") in fresh
+                and int(props.get("InactiveExitTimestampMonotonic") or 0) <= issued_us
+            ):
+                # The queued job has not begun this unit's new start yet.
+                continue
+            if entry["active"] == "failed" or entry["sub"] == "auto-restart":
+                return result(
+                    f"{name} did not start: it is {entry['active']} ({entry['sub']}) after "
+                    f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(run, name, secrets)}"
+                )
+            if entry["active"] == "active" and entry["sub"] == "running":
+                # The router's own certificate, on loopback: checked for being up, not for who it is.
+                entry["status"] = call(entry["url"], timeout=5)[0]
+                if entry["status"] == 200:
+                    pending.discard(name)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            late = ", ".join(
+                f"{n} ({units[n]['active']}/{units[n]['sub']}, {units[n]['url']} -> {units[n]['status']})"
+                for n in sorted(pending)
+            )
+            return result(f"not ready within the start timeout of {timeout} s (+{margin} s): {late}")
+        time.sleep(POLL)
+    return result(None)
