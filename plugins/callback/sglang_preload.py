@@ -1,9 +1,16 @@
-"""Loads the Jinja2 filters and tests every task of this collection uses, once, in the controller's main process.
+"""Prepares the controller once per run, so that the worker Ansible forks for each task of each host does not:
 
-Ansible runs each task of each host in a worker forked from the main process; a worker that templates a filter loads
-the filter's file, and every other filter file of the same collection, from source, and throws them away when it
-exits. Loaded here before the first task, they are in every worker already (bench/cpu.py measures what a deploy run
-saves; BENCHMARKS.md, "A run's CPU"). It changes nothing a run does or prints.
+- the Jinja2 filters and tests every task of this collection uses are loaded in the main process (a worker that
+  templates a filter would load every filter file of the collection from source, and throw them away on exit);
+- the module payloads (AnsiballZ) of this collection's modules are kept between runs. Ansible builds each module's
+  payload once per run, in the first worker that sends the module, by parsing the module and every module_utils file
+  it imports (ansible.module_utils.basic and its ~50 files among them): about 0.2 s of CPU per module and run. The
+  payloads a run built are kept in a private folder next to Ansible's own temporary files, under a key of everything
+  they are built from (Ansible's version, the controller's Python, and the content of this collection's modules and
+  module_utils and of every folder Ansible takes module_utils from), and put into the next run's cache before its
+  first task. A change of any of those files is a new key: no payload is sent from sources other than those on disk.
+
+bench/cpu.py measures what a deploy run saves (BENCHMARKS.md, "A run's CPU"). It changes nothing a run does or prints.
 """
 
 from __future__ import annotations
@@ -11,24 +18,84 @@ from __future__ import annotations
 DOCUMENTATION = """
 name: sglang_preload
 type: aggregate
-short_description: Loads the Jinja2 filters and tests once, before the workers fork
+short_description: Loads the filters once, and keeps this collection's module payloads between runs
 description:
   - Loads, in the controller's main process at the start of a playbook, the filters and tests of Ansible itself and
     every filter of this collection, so that the worker Ansible forks for each task of each host finds them loaded
     instead of loading them from source again.
+  - Keeps the module payloads (AnsiballZ) Ansible built for this collection's modules in a run, in a folder private
+    to the user next to Ansible's temporary files (C(local_tmp)), under a key of everything they are built from
+    (Ansible's version, the controller's Python, the content of this collection's modules and module_utils and of
+    every folder Ansible takes module_utils from), and puts them into the next run's cache before its first task;
+    a change of any of those files starts a new key. A folder that is not the user's own, or that others may
+    write, is never used.
   - Changes nothing a run does or prints; only the controller's CPU time.
 requirements:
   - enabled with C(callbacks_enabled = dsv4.sglang.sglang_preload) in C(ansible.cfg), or
     C(ANSIBLE_CALLBACKS_ENABLED=dsv4.sglang.sglang_preload)
 """
 
-import pathlib  # noqa: E402 (the sanity test wants the documentation first)
+import hashlib  # noqa: E402 (the sanity test wants the documentation first)
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
+import sys  # noqa: E402
 
+from ansible import constants  # noqa: E402
 from ansible.plugins.callback import CallbackBase  # noqa: E402
-from ansible.plugins.loader import filter_loader, test_loader  # noqa: E402
+from ansible.plugins.loader import filter_loader, module_utils_loader, test_loader  # noqa: E402
+from ansible.release import __version__ as ansible_version  # noqa: E402
 
+_PLUGINS = pathlib.Path(__file__).resolve().parents[1]
 # The collection's filters are documented one per file next to their code (plugins/filter/NAME.yml).
-_FILTER_DOCS = pathlib.Path(__file__).resolve().parents[1] / "filter"
+_FILTER_DOCS = _PLUGINS / "filter"
+# Ansible's cache file of a module's payload is named after the module's name as the host imports it.
+_PAYLOAD_PREFIX = "ansible_collections.dsv4.sglang.plugins.modules."
+_STORE_PREFIX = "dsv4-sglang-payloads-"
+
+
+def payload_key() -> str:
+    """Everything a payload of this collection's modules is built from: a change of any of it is a new key."""
+    digest = hashlib.sha256(f"{ansible_version}\0{sys.version_info[:2]}\0".encode())
+    # This collection's modules and module_utils, and every folder Ansible looks for module_utils in (its own, and
+    # the configured module_utils paths that exist), in Ansible's order.
+    trees = [_PLUGINS / "modules", _PLUGINS / "module_utils"]
+    trees += [pathlib.Path(path) for path in module_utils_loader._get_paths(subdirs=False) if os.path.isdir(path)]
+    for number, tree in enumerate(trees):
+        for path in sorted(tree.rglob("*.py")):
+            digest.update(f"{number}:{path.relative_to(tree)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def private_folder(path: pathlib.Path) -> bool:
+    """A real folder (not a link), this user's own, that no one else may write."""
+    info = os.lstat(path)
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
+def own_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The payload files of a private folder that are regular files of this user's, written by no one else."""
+    found = []
+    for path in sorted(folder.glob(f"{_PAYLOAD_PREFIX}*")):
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+            found.append(path)
+    return [path for path in found if not path.name.endswith(".lock")]
+
+
+def copy_new(source: pathlib.Path, target: pathlib.Path) -> list[str]:
+    """Copies the payload files of source that target lacks (atomically, mode 0600); returns their names."""
+    copied = []
+    for path in own_files(source):
+        if (target / path.name).exists():
+            continue
+        part = target / f".{path.name}.{os.getpid()}"
+        with open(part, "wb", opener=lambda name, flags: os.open(name, flags | os.O_EXCL, 0o600)) as handle:
+            handle.write(path.read_bytes())
+        os.replace(part, target / path.name)
+        copied.append(path.name)
+    return copied
 
 
 class CallbackModule(CallbackBase):
@@ -36,6 +103,10 @@ class CallbackModule(CallbackBase):
     CALLBACK_TYPE = "aggregate"
     CALLBACK_NAME = "dsv4.sglang.sglang_preload"
     CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._store: pathlib.Path | None = None
 
     def v2_playbook_on_start(self, playbook):
         # One name loads every file of its kind: Ansible's own filters and tests all at once, this collection's
@@ -47,3 +118,38 @@ class CallbackModule(CallbackBase):
                 loader.get_with_context(name)
             except Exception as exc:  # a filter that does not load fails where a task uses it, with Ansible's message
                 self._display.vvv(f"sglang_preload: {name}: {exc}")
+        try:
+            self._restore_payloads()
+        except Exception as exc:  # without the kept payloads, Ansible builds them as it always does
+            self._store = None
+            self._display.vvv(f"sglang_preload: module payloads not restored: {exc}")
+
+    def v2_playbook_on_stats(self, stats):
+        try:
+            if self._store is not None:
+                copy_new(self._cache(), self._store)
+        except Exception as exc:
+            self._display.vvv(f"sglang_preload: module payloads not kept: {exc}")
+
+    @staticmethod
+    def _cache() -> pathlib.Path:
+        return pathlib.Path(constants.DEFAULT_LOCAL_TMP) / "ansiballz_cache"
+
+    def _restore_payloads(self) -> None:
+        # Ansible's own temporary folder of this run is private (mkdtemp); its parent (local_tmp) must be too.
+        parent = pathlib.Path(constants.DEFAULT_LOCAL_TMP).parent
+        if not private_folder(parent):
+            raise OSError(f"{parent} is not a private folder of this user's")
+        store = parent / f"{_STORE_PREFIX}{payload_key()}"
+        store.mkdir(mode=0o700, exist_ok=True)
+        if not private_folder(store):
+            raise OSError(f"{store} is not a private folder of this user's")
+        # The payloads of earlier keys (sources that changed since) are never used again.
+        for old in parent.glob(f"{_STORE_PREFIX}*"):
+            if old != store and private_folder(old):
+                shutil.rmtree(old, ignore_errors=True)
+        cache = self._cache()
+        cache.mkdir(mode=0o700, exist_ok=True)
+        self._store = store
+        restored = copy_new(store, cache)
+        self._display.vvv(f"sglang_preload: {len(restored)} module payload(s) from {store}")

@@ -1,5 +1,7 @@
 """plugins/callback/sglang_preload.py: the filters every task uses are loaded in the controller's main process, so that
-the workers Ansible forks find them loaded; and every way the repository runs deploy.yml enables it."""
+the workers Ansible forks find them loaded; this collection's module payloads are kept between runs, under a key of
+their sources, never from a place another account could have planted; and every way the repository runs deploy.yml
+enables it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from ansible_collections.dsv4.sglang.plugins.callback import sglang_preload as preload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +56,111 @@ def test_every_run_of_the_repository_enables_the_preload_and_pipelining():
             overrides.append((path.relative_to(ROOT), value))
     assert overrides
     assert [o for o in overrides if "dsv4.sglang.sglang_preload" not in o[1].split(",")] == []
+
+
+# The module payloads kept between runs (the preload's second part).
+
+PAYLOAD = "ansible_collections.dsv4.sglang.plugins.modules.sglang_ask-ZIP_DEFLATED-none"
+
+
+def a_run(monkeypatch, parent: Path, name: str) -> Path:
+    """A run's own temporary folder (Ansible's DEFAULT_LOCAL_TMP, a private mkdtemp) under `parent`."""
+    local = parent / name
+    local.mkdir(mode=0o700)
+    monkeypatch.setattr(preload.constants, "DEFAULT_LOCAL_TMP", str(local))
+    return local / "ansiballz_cache"
+
+
+def test_a_payload_a_run_built_is_in_the_next_runs_cache_before_its_first_task(tmp_path, monkeypatch):
+    parent = tmp_path / "tmp"
+    parent.mkdir(mode=0o700)
+    first = preload.CallbackModule()
+    cache = a_run(monkeypatch, parent, "ansible-local-1")
+    first.v2_playbook_on_start(None)
+    assert cache.is_dir() and list(cache.iterdir()) == []
+    (cache / PAYLOAD).write_bytes(b"payload")
+    (cache / "ansible.legacy.command-ZIP_DEFLATED-none").write_bytes(b"not this collection's")
+    (cache / f"{PAYLOAD}.lock").write_bytes(b"")
+    first.v2_playbook_on_stats(None)
+    (store,) = parent.glob("dsv4-sglang-payloads-*")
+    assert [p.name for p in store.iterdir()] == [PAYLOAD]
+    assert (store / PAYLOAD).stat().st_mode & 0o777 == 0o600
+    cache = a_run(monkeypatch, parent, "ansible-local-2")
+    preload.CallbackModule().v2_playbook_on_start(None)
+    assert [p.name for p in cache.iterdir()] == [PAYLOAD]
+    assert (cache / PAYLOAD).read_bytes() == b"payload"
+
+
+def test_a_change_of_any_source_of_a_payload_is_a_new_key_and_the_old_payloads_go(tmp_path, monkeypatch):
+    plugins = tmp_path / "plugins"
+    for folder in ("modules", "module_utils"):
+        (plugins / folder).mkdir(parents=True)
+        (plugins / folder / "a.py").write_text("A = 1\n")
+    monkeypatch.setattr(preload, "_PLUGINS", plugins)
+    key = preload.payload_key()
+    assert preload.payload_key() == key
+    keys = {key}
+    for changed in ("modules/a.py", "module_utils/a.py"):
+        (plugins / changed).write_text("A = 2\n")
+        keys.add(preload.payload_key())
+    (plugins / "module_utils/b.py").write_text("")
+    keys.add(preload.payload_key())
+    assert len(keys) == 4
+    # Ansible's own module_utils, which every payload holds, are in the key too.
+    utils = tmp_path / "ansible_module_utils"
+    utils.mkdir()
+    (utils / "basic.py").write_text("X = 1\n")
+    monkeypatch.setattr(preload.module_utils_loader, "_get_paths", lambda subdirs=False: [str(utils)])
+    before = preload.payload_key()
+    (utils / "basic.py").write_text("X = 2\n")
+    assert preload.payload_key() != before
+    # A run with the new key removes the payloads of the old ones.
+    parent = tmp_path / "tmp"
+    parent.mkdir(mode=0o700)
+    old = parent / "dsv4-sglang-payloads-0123"
+    old.mkdir(mode=0o700)
+    (old / PAYLOAD).write_bytes(b"built from other sources")
+    cache = a_run(monkeypatch, parent, "ansible-local-1")
+    preload.CallbackModule().v2_playbook_on_start(None)
+    assert not old.exists() and list(cache.iterdir()) == []
+
+
+def test_payloads_are_never_taken_from_a_folder_or_file_another_account_could_have_planted(tmp_path, monkeypatch):
+    parent = tmp_path / "tmp"
+    parent.mkdir(mode=0o700)
+    key = preload.payload_key()
+    planted = tmp_path / "elsewhere"
+    planted.mkdir(mode=0o700)
+    (planted / PAYLOAD).write_bytes(b"planted")
+    # The store is a link to somewhere else: not used, and the run goes on as Ansible alone would.
+    (parent / f"dsv4-sglang-payloads-{key}").symlink_to(planted)
+    cache = a_run(monkeypatch, parent, "ansible-local-1")
+    run = preload.CallbackModule()
+    run.v2_playbook_on_start(None)
+    assert not cache.exists() or list(cache.iterdir()) == []
+    run.v2_playbook_on_stats(None)
+    assert [p.name for p in planted.iterdir()] == [PAYLOAD]
+    (parent / f"dsv4-sglang-payloads-{key}").unlink()
+    # A store others may write; then a file in it others may write, and a link in it.
+    store = parent / f"dsv4-sglang-payloads-{key}"
+    store.mkdir(mode=0o700)
+    store.chmod(0o777)
+    cache = a_run(monkeypatch, parent, "ansible-local-2")
+    preload.CallbackModule().v2_playbook_on_start(None)
+    assert not cache.exists() or list(cache.iterdir()) == []
+    store.chmod(0o700)
+    (store / PAYLOAD).write_bytes(b"writable by others")
+    (store / PAYLOAD).chmod(0o666)
+    (store / f"{PAYLOAD}x").symlink_to(planted / PAYLOAD)
+    cache = a_run(monkeypatch, parent, "ansible-local-3")
+    preload.CallbackModule().v2_playbook_on_start(None)
+    assert list(cache.iterdir()) == []
+    # Ansible's own local_tmp that others may write: nothing is kept there at all.
+    parent.chmod(0o777)
+    cache = a_run(monkeypatch, parent, "ansible-local-4")
+    run = preload.CallbackModule()
+    run.v2_playbook_on_start(None)
+    cache.mkdir(exist_ok=True)
+    (cache / PAYLOAD).write_bytes(b"payload")
+    run.v2_playbook_on_stats(None)
+    assert (store / PAYLOAD).read_bytes() == b"writable by others"
