@@ -1,0 +1,84 @@
+"""The one wait for the services (module_utils/sglang_ready.py), of the restart and of the verification: ready means
+active, running and the URL answering 200; a unit restarted by this call counts only once its new start began; a
+failed start fails at once, naming the unit and quoting its journal with keys masked; a wait is bounded."""
+
+from __future__ import annotations
+
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_ready as ready
+
+KEY = "sk-lab-0123456789abcdef0123"
+
+
+class Host:
+    """systemctl show and journalctl of a host whose units go through the given states, one per look."""
+
+    def __init__(self, states: dict[str, list[dict]], journal: str = "") -> None:
+        self.states = states
+        self.journal = journal
+        self.looks: dict[str, int] = {}
+
+    def __call__(self, argv: list, **_kwargs) -> tuple[int, str, str]:
+        if argv[0] == "journalctl":
+            return 0, self.journal, ""
+        name = argv[2]
+        if name not in self.states:
+            return 0, "LoadState=not-found\nActiveState=inactive\n", ""
+        seen = self.looks.get(name, 0)
+        self.looks[name] = seen + 1
+        state = self.states[name][min(seen, len(self.states[name]) - 1)]
+        return 0, "".join(f"{k}={v}\n" for k, v in {"LoadState": "loaded", **state}.items()), ""
+
+
+RUNNING = {"ActiveState": "active", "SubState": "running", "InactiveExitTimestampMonotonic": "500"}
+UNIT = {"name": "sglang-dsv4-prefill", "health_url": "http://127.0.0.1:1/health"}
+
+
+def test_a_unit_is_ready_once_active_running_and_its_url_answers_200(monkeypatch):
+    answers = iter([503, 200])
+    monkeypatch.setattr(ready, "call", lambda url, timeout: (next(answers), "", b""))
+    monkeypatch.setattr(ready, "POLL", 0)
+    host = Host({"sglang-dsv4-prefill": [{"ActiveState": "activating", "SubState": "start"}, RUNNING]})
+    result = ready.wait_ready(host, [UNIT, {"name": "not-installed", "health_url": "x"}], 60, 0, [])
+    assert result["failure"] is None
+    assert result["units"] == {
+        "sglang-dsv4-prefill": {"url": UNIT["health_url"], "active": "active", "sub": "running", "status": 200}
+    }
+    assert host.looks["sglang-dsv4-prefill"] == 3
+
+
+def test_a_unit_this_call_restarted_counts_only_after_its_new_start_began(monkeypatch):
+    monkeypatch.setattr(ready, "call", lambda url, timeout: (200, "", b""))
+    monkeypatch.setattr(ready, "POLL", 0)
+    # The old process still runs (left inactive at 500 us, before the restart was issued at 1000 us).
+    host = Host({"sglang-dsv4-prefill": [RUNNING, RUNNING, {**RUNNING, "InactiveExitTimestampMonotonic": "2000"}]})
+    result = ready.wait_ready(host, [UNIT], 60, 0, [], frozenset({"sglang-dsv4-prefill"}), 1000)
+    assert result["failure"] is None
+    # One look to see that it is installed, one at the old process (skipped), one at the new start.
+    assert host.looks["sglang-dsv4-prefill"] == 3
+    # Not restarted by this call: the running process counts at once.
+    host = Host({"sglang-dsv4-prefill": [RUNNING]})
+    assert ready.wait_ready(host, [UNIT], 60, 0, [])["failure"] is None
+    assert host.looks["sglang-dsv4-prefill"] == 2
+
+
+def test_a_failed_start_fails_at_once_naming_the_unit_with_its_journal_masked(monkeypatch):
+    monkeypatch.setattr(ready, "call", lambda url, timeout: (200, "", b""))
+    host = Host(
+        {"sglang-dsv4-prefill": [{"ActiveState": "activating", "SubState": "auto-restart"}]},
+        journal=f"error: bad --api-key {KEY}\n",
+    )
+    result = ready.wait_ready(host, [UNIT], 600, 15, [KEY])
+    assert result["failure"].startswith("sglang-dsv4-prefill did not start: it is activating (auto-restart)")
+    assert "error: bad --api-key" in result["failure"] and KEY not in result["failure"]
+
+
+def test_a_unit_that_never_gets_ready_fails_the_wait_when_its_start_timeout_ends(monkeypatch):
+    monkeypatch.setattr(ready, "call", lambda url, timeout: (503, "", b""))
+    monkeypatch.setattr(ready, "POLL", 0.05)
+    host = Host({"sglang-dsv4-prefill": [RUNNING]})
+    result = ready.wait_ready(host, [UNIT], 0, 1, [])
+    assert result["failure"] == (
+        "not ready within the start timeout of 0 s (+1 s): "
+        "sglang-dsv4-prefill (active/running, http://127.0.0.1:1/health -> 503)"
+    )
+    assert 1 <= result["waited"] < 5
