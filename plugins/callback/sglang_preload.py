@@ -75,13 +75,14 @@ def private_folder(path: pathlib.Path) -> bool:
 
 
 def own_files(folder: pathlib.Path) -> list[pathlib.Path]:
-    """The payload files of a private folder that are regular files of this user's, written by no one else."""
+    """The payload files of a private folder that are regular files of this user's, written by no one else. Only
+    payloads without extensions (a debugger's maps the paths of the checkout that built them): names end in -none."""
     found = []
-    for path in sorted(folder.glob(f"{_PAYLOAD_PREFIX}*")):
+    for path in sorted(folder.glob(f"{_PAYLOAD_PREFIX}*-none")):
         info = os.lstat(path)
         if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
             found.append(path)
-    return [path for path in found if not path.name.endswith(".lock")]
+    return found
 
 
 def copy_new(source: pathlib.Path, target: pathlib.Path) -> list[str]:

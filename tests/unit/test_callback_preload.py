@@ -81,6 +81,7 @@ def test_a_payload_a_run_built_is_in_the_next_runs_cache_before_its_first_task(t
     (cache / PAYLOAD).write_bytes(b"payload")
     (cache / "ansible.legacy.command-ZIP_DEFLATED-none").write_bytes(b"not this collection's")
     (cache / f"{PAYLOAD}.lock").write_bytes(b"")
+    (cache / PAYLOAD.replace("-none", "-debugpy")).write_bytes(b"with a debugger's paths")
     first.v2_playbook_on_stats(None)
     (store,) = parent.glob("dsv4-sglang-payloads-*")
     assert [p.name for p in store.iterdir()] == [PAYLOAD]
