@@ -1,7 +1,6 @@
 """The CPU a sampling change costs, by how Ansible reaches the hosts: without pipelining and without the preload
-(molecule's own ansible.cfg, before .config/molecule/config.yml set them), pipelining only, pipelining and the
-preload with the module payloads it keeps removed before the run (built anew, as before the preload kept them), and
-the repository's ansible.cfg (pipelining and the dsv4.sglang.sglang_preload callback, its payloads kept).
+(molecule's own ansible.cfg, before .config/molecule/config.yml set them), pipelining only, and the repository's
+ansible.cfg (pipelining and the dsv4.sglang.sglang_preload callback).
 
 Runs against the lab inventory's first host (boot it with `make deploy`), alternating the settings run by run, each
 run a sampling change (a new temperature, then back to the inventory's). CPU is the whole machine's, from
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -28,16 +26,13 @@ HEADING = "## A run's CPU: ssh pipelining and the preload"
 BIN = Path(sys.executable).parent
 # The runs without the preload read the repository's ansible.cfg without its callbacks_enabled line (NO_PRELOAD).
 NO_PRELOAD = "ansible.cfg without callbacks_enabled"
-# The runs that build this collection's module payloads anew have the preload's kept payloads removed first.
-CLEAR_PAYLOADS = "clear the kept module payloads"
 SETTINGS = {
     "no pipelining, no preload (molecule's own ansible.cfg before 2026-12-03)": {
         "ANSIBLE_PIPELINING": "0",
         "ANSIBLE_CONFIG": NO_PRELOAD,
     },
     "pipelining": {"ANSIBLE_PIPELINING": "1", "ANSIBLE_CONFIG": NO_PRELOAD},
-    "pipelining and the preload, its module payloads built anew (the preload before 2026-12-04)": {CLEAR_PAYLOADS: "1"},
-    "pipelining and the preload, the payloads kept between runs (the repository's ansible.cfg)": {},
+    "pipelining and the preload (the repository's ansible.cfg)": {},
 }
 
 
@@ -49,10 +44,6 @@ def busy_seconds() -> float:
 
 def deploy(temperature: float, env: dict) -> tuple[float, float]:
     argv = [str(BIN / "ansible-playbook"), "deploy.yml", "-e", f'{{"sglang_genconfig_temperature": {temperature}}}']
-    if env.pop(CLEAR_PAYLOADS, None):
-        # Where plugins/callback/sglang_preload.py keeps them: next to Ansible's local_tmp (~/.ansible/tmp here).
-        for kept in (Path.home() / ".ansible/tmp").glob("dsv4-sglang-payloads-*"):
-            shutil.rmtree(kept)
     cpu, wall = busy_seconds(), time.monotonic()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env}, check=False)
     cpu, wall = busy_seconds() - cpu, time.monotonic() - wall
