@@ -48,13 +48,12 @@ collection() {
 }
 
 # The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
-# lab caches are built once, under a lock), about evenly long. Measured in two fresh clones' make test at 7444d8d
-# (2026-12-04, 60 and 55 min in all; seconds, first run / second): failsafe 2314 / 2165, fleet 791 / 692 (lane 3105 /
-# 2857); default 1375 / 1366, monitoring 838 / 696, releases 587 / 480, drift 239 / 206, ee 162 / 161 (3201 / 2909);
-# traffic 2181 / 2035, interrupted 1166 / 1004 (3347 / 3039). Before, drift and ee ran in the first and third lanes
-# and the second stood idle for its last nine minutes. The lab is CPU-bound on 2 cores: a fourth lane made every
-# scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four lanes had finished after
-# 55 minutes). Every scenario must be in exactly one lane.
+# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test at 7b1839b
+# (2026-12-04, 52 min in all; seconds): failsafe 1880, fleet 674 (lane 2554); default 1126, monitoring 738, releases
+# 499, drift 188, ee 149 (2700); traffic 1900, interrupted 958 (2858). Before 2026-12-04, drift and ee ran in the
+# first and third lanes and the second stood idle for its last nine minutes. The lab is CPU-bound on 2 cores: a
+# fourth lane made every scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four
+# lanes had finished after 55 minutes). Every scenario must be in exactly one lane.
 LANES=("failsafe fleet" "default monitoring releases drift ee" "traffic interrupted")
 run_molecule() {
   echo "== molecule"
