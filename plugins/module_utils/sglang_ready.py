@@ -14,10 +14,12 @@ import time
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact, secrets_of
 
 # Seconds between two looks at the units: a restart is seen about this soon after it is ready.
 POLL = 0.2
+# Seconds allowed beyond a unit's start timeout (the restart's default, the verification's).
+MARGIN = 15
 PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic")
 
 
@@ -30,9 +32,10 @@ def installed(run: Run, name: str) -> bool:
     return unit_props(run, name).get("LoadState") not in ("not-found", None)
 
 
-def journal_tail(run: Run, name: str, secrets: list[str]) -> str:
+def journal_tail(run: Run, name: str, secret_files: list[str]) -> str:
+    """The unit's last journal lines, every key masked (the values the credential files hold are read only here)."""
     _unused, out, _unused2 = run(["journalctl", "--no-pager", "-o", "cat", "-n", "12", "-u", name])
-    return redact(out.strip(), secrets)
+    return redact(out.strip(), secrets_of(secret_files))
 
 
 def wait_ready(
@@ -40,7 +43,7 @@ def wait_ready(
     wait: list[dict],
     timeout: int,
     margin: int,
-    secrets: list[str],
+    secret_files: list[str],
     fresh: frozenset[str] = frozenset(),
     issued_us: int = 0,
 ) -> dict:
@@ -74,7 +77,7 @@ def wait_ready(
             if entry["active"] == "failed" or entry["sub"] == "auto-restart":
                 return result(
                     f"{name} did not start: it is {entry['active']} ({entry['sub']}) after "
-                    f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(run, name, secrets)}"
+                    f"{time.monotonic() - started:.0f} s. Its journal:\n{journal_tail(run, name, secret_files)}"
                 )
             if entry["active"] == "active" and entry["sub"] == "running":
                 # The router's own certificate, on loopback: checked for being up, not for who it is.

@@ -100,8 +100,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_probe, sglang_ready
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 
-# Seconds allowed beyond the start timeout for the units of `ready` (the restart module's default margin).
-READY_MARGIN = 15
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
 MAX_PARALLEL = 16
 
@@ -162,7 +160,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    ready = sglang_ready.wait_ready(module.run_command, p["ready"], p["ready_timeout"], READY_MARGIN, [])
+    ready = sglang_ready.wait_ready(module.run_command, p["ready"], p["ready_timeout"], sglang_ready.MARGIN, [])
     if ready["failure"]:
         module.fail_json(msg=ready["failure"], ready=ready)
     modes = {s["name"]: server_mode(module, s) for s in p["servers"]}

@@ -118,7 +118,6 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_ready
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import secrets_of
 
 
 def installed(module: AnsibleModule, name: str) -> bool:
@@ -166,7 +165,7 @@ def main() -> None:
             "start": {"type": "list", "elements": "str", "default": []},
             "wait": {"type": "list", "elements": "dict", "default": []},
             "timeout": {"type": "int", "required": True},
-            "margin": {"type": "int", "default": 15},
+            "margin": {"type": "int", "default": sglang_ready.MARGIN},
             "enable": {"type": "list", "elements": "str", "default": []},
             "orphans": {"type": "list", "elements": "str", "default": []},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
@@ -220,7 +219,7 @@ def main() -> None:
         p["wait"],
         p["timeout"],
         p["margin"],
-        secrets_of(p["secret_files"]),
+        p["secret_files"],
         frozenset(fresh),
         issued_us,
     )

@@ -67,7 +67,8 @@ def test_a_failed_start_fails_at_once_naming_the_unit_with_its_journal_masked(mo
         {"sglang-dsv4-prefill": [{"ActiveState": "activating", "SubState": "auto-restart"}]},
         journal=f"error: bad --api-key {KEY}\n",
     )
-    result = ready.wait_ready(host, [UNIT], 600, 15, [KEY])
+    monkeypatch.setattr(ready, "secrets_of", lambda paths: [KEY] if paths == ["/etc/key"] else [])
+    result = ready.wait_ready(host, [UNIT], 600, 15, ["/etc/key"])
     assert result["failure"].startswith("sglang-dsv4-prefill did not start: it is activating (auto-restart)")
     assert "error: bad --api-key" in result["failure"] and KEY not in result["failure"]
 
