@@ -16,6 +16,11 @@ import re
 from typing import Any
 
 PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
+# ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
+COUNT = re.compile(r"^[0-9]+$")
+# The why of a host the guard counts out of rotation because an earlier run's drain left its workers out while its
+# services run (module sglang_in_rotation's drained_serving): the run brings it back first, at no cost of capacity.
+DRAINED_SERVING = "drained, its services serving"
 
 
 def _spec_errors(variable: str, spec: Any) -> list[str]:
@@ -24,7 +29,7 @@ def _spec_errors(variable: str, spec: Any) -> list[str]:
     if isinstance(spec, int):
         return [] if spec >= 1 else [f"{variable}={spec!r} must be at least 1 host"]
     if isinstance(spec, str):
-        if spec.isdigit():
+        if COUNT.match(spec):
             return [] if int(spec) >= 1 else [f"{variable}={spec!r} must be at least 1 host"]
         found = PERCENT.match(spec.strip())
         if found and 0 < float(found.group(1)) <= 100:
@@ -32,15 +37,37 @@ def _spec_errors(variable: str, spec: Any) -> list[str]:
     return [f"{variable}={spec!r} must be a whole number of hosts (at least 1) or a percentage from '1%' to '100%'"]
 
 
-def step_errors(steps: Any, max_unavailable: Any) -> list[str]:
-    """What is wrong with the steps and the guard, each message naming the variable and the value."""
+def whole_fleet(max_unavailable: Any, inventory: int) -> bool:
+    """Whether the guard as written lets every serving host of the inventory out of rotation at once: a share of
+    100%, or a count of at least the inventory's hosts where it has more than one (a one-host fleet has no other
+    guard than one host)."""
+    if isinstance(max_unavailable, str) and PERCENT.match(max_unavailable.strip()):
+        return float(max_unavailable.strip()[:-1]) >= 100
+    return inventory > 1 and int(max_unavailable) >= inventory
+
+
+def step_errors(
+    steps: Any, max_unavailable: Any, inventory: int | None = None, allow_whole_fleet: Any = False
+) -> list[str]:
+    """What is wrong with the steps and the guard, each message naming the variable and the value. With the
+    inventory's size: a guard that lets the whole fleet out of rotation at once is refused unless the operator
+    allowed it by name (sglang_rollout_allow_whole_fleet)."""
     errors: list[str] = []
     if not isinstance(steps, list) or not steps:
         errors.append(f"sglang_rollout_steps={steps!r} must be a non-empty list of host counts or percentages")
     else:
         for index, spec in enumerate(steps):
             errors += _spec_errors(f"sglang_rollout_steps[{index}]", spec)
-    errors += _spec_errors("sglang_rollout_max_unavailable", max_unavailable)
+    guard_errors = _spec_errors("sglang_rollout_max_unavailable", max_unavailable)
+    errors += guard_errors
+    if not isinstance(allow_whole_fleet, bool):
+        errors.append(f"sglang_rollout_allow_whole_fleet={allow_whole_fleet!r} must be true or false")
+    elif not guard_errors and inventory is not None and whole_fleet(max_unavailable, inventory) and not allow_whole_fleet:
+        errors.append(
+            f"sglang_rollout_max_unavailable={max_unavailable!r} lets every one of the inventory's {inventory} serving"
+            " host(s) out of rotation at once: no capacity guard at all. Set a smaller guard, or allow it by name with"
+            " sglang_rollout_allow_whole_fleet=true"
+        )
     return errors
 
 
@@ -72,6 +99,7 @@ def next_batch(
     allowed: int,
     unavailable: list[str],
     fresh: list[str] | tuple[str, ...] = (),
+    returning: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The next batch: the first hosts still to change, as many as the step asks and the guard allows now.
 
@@ -80,17 +108,22 @@ def next_batch(
     takes no more capacity away, so it is not counted twice); fresh: the run's hosts that did not serve when the run
     planned (a host added to the fleet, on its first deploy). Where the guard holds the serving hosts back, a fresh
     host further down the list still goes: its change is what brings it into rotation (as Kubernetes replaces
-    unavailable pods first). A host that served at the plan and fell over since is no such host: it waits its turn."""
+    unavailable pods first). A host that served at the plan and fell over since is no such host: it waits its turn.
+    returning: the run's hosts out of rotation only because an earlier run's drain left their workers out while
+    their services serve (DRAINED_SERVING): they go first, whatever the guard, since changing them costs no capacity
+    and brings them back (as a disruption budget counts the evictions it can undo)."""
     wanted = batch_size(steps, index, changing)
     down = set(unavailable)
     room = allowed - len(down)
     batch: list[str] = []
     held = False
-    for host in pending:
+    # The run's own drained hosts whose services serve go first: their change is what brings them back.
+    back = [host for host in pending if host in returning and host in down]
+    for host in back + [host for host in pending if host not in back]:
         if len(batch) >= wanted:
             break
         if host in down:
-            if not held or host in fresh:
+            if not held or host in fresh or host in back:
                 batch.append(host)  # already out of rotation: changing it costs no more capacity
         elif room > 0 and not held:
             batch.append(host)
@@ -106,12 +139,13 @@ def schedule(
     allowed: int,
     unavailable: list[str],
     fresh: list[str] | tuple[str, ...] = (),
+    returning: list[str] | tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The plan's batches (next_batch's arguments), as they would be if every step succeeds (a host out of rotation
     that a step changes serves after it) and no other host's health changes during the run."""
     pending, batches, index, down = list(changing), [], 0, list(unavailable)
     while pending:
-        batch = next_batch(pending, steps, index, len(changing), allowed, down, fresh)
+        batch = next_batch(pending, steps, index, len(changing), allowed, down, fresh, returning)
         if not batch["hosts"]:
             batches.append({**batch, "step": index + 1, "stopped": True})
             break
@@ -132,6 +166,11 @@ def estimate(hosts: list[str], restart_seconds: dict[str, Any], settings: dict[s
         float(settings["initial_delay"]) + float(settings["interval"]) * int(settings["count"]) if analysed else 0.0
     )
     return round(slowest + drain + float(settings.get("verification", 10)) + analysis, 1)
+
+
+def returning_hosts(changing: list[str], unavailable: dict[str, str]) -> list[str]:
+    """The hosts of the run out of rotation only because a drain left their workers out while they serve."""
+    return [host for host in changing if str(unavailable.get(host, "")).startswith(DRAINED_SERVING)]
 
 
 def _seconds(value: Any) -> float | None:
@@ -191,7 +230,9 @@ def plan(
     why; settings: steps, max_unavailable, analysis, pause_after and what estimate() reads."""
     allowed = guard(settings["max_unavailable"], len(inventory))
     down = sorted(unavailable)
-    batches = schedule(changing, settings["steps"], allowed, down, [host for host in changing if host not in serving])
+    back = returning_hosts(changing, unavailable)
+    fresh = [host for host in changing if host not in serving]
+    batches = schedule(changing, settings["steps"], allowed, down, fresh, back)
     steps, pending, total = [], list(changing), 0.0
     for batch in batches:
         pending = [host for host in pending if host not in batch["hosts"]]
@@ -211,6 +252,11 @@ def plan(
     ]
     if down:
         lines.append("out of rotation now: " + "; ".join(f"{host} ({unavailable[host]})" for host in down))
+    if back:
+        lines.append(
+            f"brought back first: {', '.join(back)} (an earlier run's drain left the workers out while the services"
+            " serve; changing them costs no capacity and puts them back into rotation)"
+        )
     for step in steps:
         if step["stopped"]:
             lines.append(
@@ -248,13 +294,17 @@ def next_step(
     pending = [host for host in changing if host not in done]
     allowed = guard(settings["max_unavailable"], len(inventory))
     fresh = [host for host in changing if host not in serving]
-    batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable), fresh)
+    back = returning_hosts(pending, unavailable)
+    batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable), fresh, back)
     after = [host for host in pending if host not in batch["hosts"]]
     step = step_of(number, batch["hosts"], after, serving, bool(settings["analysis"]))
     step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending, held=bool(after))
     out = sorted(unavailable)
     if batch["hosts"]:
         step["line"] = describe_step(step, len(changing), allowed, out)
+        first = [host for host in batch["hosts"] if host in back]
+        if first:
+            step["line"] += f"; brought back first (drained, serving; no capacity lost): {', '.join(first)}"
     else:
         step["line"] = (
             f"step {number}: the guard leaves no room: {len(out)} of the inventory's {len(inventory)} serving hosts"

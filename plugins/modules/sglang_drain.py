@@ -116,6 +116,10 @@ seconds:
   description: How long the step took.
   returned: always
   type: float
+out_of_rotation:
+  description: The /readiness answers that showed the router out of rotation, when the drain took nothing out.
+  returned: when the router was out of rotation at every look
+  type: list
 no_router:
   description: The router has no unit file, so nothing was put back and the state file was removed (C(restored)).
   returned: when it has none
@@ -152,6 +156,11 @@ POLL = 0.2
 METRICS_TIMEOUT = 5
 # How long a registration may stay queued before restore sends it again.
 RESEND = 5.0
+# Before a drain skips a router as out of rotation, this many /readiness answers must all say so, this far apart,
+# each within this timeout (about 7 s at the worst): one timeout, 5xx or flap is no proof.
+READINESS_LOOKS = 3
+READINESS_PAUSE = 0.5
+READINESS_TIMEOUT = 2
 
 
 def call(url: str, method: str = "GET", key: str = "", body: dict | None = None) -> tuple[int, bytes]:
@@ -234,6 +243,25 @@ def readiness(router: str) -> int:
     return call(f"{router}/readiness")[0]
 
 
+def rotation(router: str, looks: int | None = None, pause: float | None = None) -> tuple[str, list[str]]:
+    """("in", seen) when the router's /readiness answers 200 at any of `looks` looks, `pause` seconds apart (a router
+    that may serve is drained); ("out", seen) only when every look says it is out: 503 (a router without its workers)
+    or nothing listening (a router that does not run); ("unknown", seen) for anything else (a timeout, another
+    status, a flap between out and no answer), which the drain never takes as out of rotation."""
+    looks = READINESS_LOOKS if looks is None else looks
+    pause = READINESS_PAUSE if pause is None else pause
+    seen: list[str] = []
+    for look in range(looks):
+        if look:
+            time.sleep(pause)
+        status, message, _body = sglang_http.call(f"{router}/readiness", timeout=READINESS_TIMEOUT)
+        if status == 200:
+            return "in", [*seen, "200"]
+        seen.append(str(status) if status else message)
+    out = all(word == "503" or word.startswith(sglang_http.NOTHING_LISTENS) for word in seen)
+    return ("out" if out else "unknown"), seen
+
+
 def wait_for(check, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
@@ -277,11 +305,26 @@ def drain(module: AnsibleModule) -> None:
     router = p["router_url"].rstrip("/")
     pending = sglang_rotation.load_state(p["state_file"])
     saved = pending["workers"] if pending else None
-    if saved is None and readiness(router) != 200:
-        # Not in rotation now (a first start, a router that does not run): nothing to take out.
-        module.exit_json(
-            changed=False, drained=True, timed_out=False, in_flight=0, unreadable=[], seconds=0.0, workers=[]
-        )
+    if saved is None:
+        found, seen = rotation(router)
+        if found == "unknown":
+            module.fail_json(
+                msg=f"cannot tell whether the router at {router} is in rotation: /readiness answered"
+                f" {', '.join(seen)} at {len(seen)} looks (neither 200 nor, every time, 503 or a closed port); the"
+                " drain does not restart a host whose router may still send it requests"
+            )
+        if found == "out":
+            # Not in rotation now, at every look (a first start, a router that does not run): nothing to take out.
+            module.exit_json(
+                changed=False,
+                drained=True,
+                timed_out=False,
+                in_flight=0,
+                unreadable=[],
+                seconds=round(time.monotonic() - started, 1),
+                workers=[],
+                out_of_rotation=seen,
+            )
     key = running_key(p["admin_credential"])
     listed = listed_workers(router, key) if key is not None else None
     if listed is None and saved is None:

@@ -15,6 +15,9 @@ description:
     host's record of its last rollout (O(status_file), written by every apply), so that a host outside C(--limit)
     is asked where it said it serves. A host that cannot say, or does not answer, is out of rotation, and C(why)
     says why (the guard never counts the unknown as available).
+  - A drained host whose services all answer their health checks (each unit the drain recorded in its state file)
+    is C(drained_serving) - an earlier run's drain that did not end - and its C(why) starts with
+    C(drained, its services serving): a rollout brings it back first, since changing it costs no capacity.
   - Changes nothing; runs in check mode too.
 options:
   router_url:
@@ -52,6 +55,10 @@ why:
   description: Why not (empty when it is).
   returned: always
   type: str
+drained_serving:
+  description: A drain is pending and every service it recorded answers its health check.
+  returned: always
+  type: bool
 router_url:
   description: The URL asked (empty when none was known).
   returned: always
@@ -64,6 +71,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_steps import DRAINED_SERVING
 
 
 def recorded_url(path: str) -> tuple[str, str]:
@@ -78,6 +86,18 @@ def recorded_url(path: str) -> tuple[str, str]:
     return url, ""
 
 
+def drained_serving(path: str, timeout: int) -> bool:
+    """Whether every service the pending drain recorded (its state file's guard settings) answers its health check
+    now; False when the file names none or cannot be read."""
+    try:
+        entry = json.loads(read_regular(path, limit=1 << 20) or b"{}")
+        units = ((entry or {}).get("guard") or {}).get("units") or []
+        urls = [unit["health_url"] for unit in units]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return False
+    return bool(urls) and all(call(url, timeout=timeout)[0] == 200 for url in urls)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -90,13 +110,16 @@ def main() -> None:
     )
     p = module.params
     url, why = (p["router_url"], "") if p["router_url"] else recorded_url(p["status_file"])
+    serving = False
     if url and os.path.lexists(p["drain_state"]):
-        why = f"drained: its router's workers are kept in {p['drain_state']}"
+        serving = drained_serving(p["drain_state"], p["timeout"])
+        kept = f"its router's workers are kept in {p['drain_state']}"
+        why = f"{DRAINED_SERVING}: {kept}" if serving else f"drained: {kept}"
     elif url:
         status, message, _body = call(url.rstrip("/") + "/readiness", timeout=p["timeout"])
         if status != 200:
             why = f"its router's /readiness answered {status or message}"
-    module.exit_json(changed=False, available=not why, why=why, router_url=url)
+    module.exit_json(changed=False, available=not why, why=why, drained_serving=serving, router_url=url)
 
 
 if __name__ == "__main__":

@@ -305,3 +305,72 @@ def test_a_run_that_lost_the_lock_neither_drains_nor_restores(router, tmp_path):
     with pytest.raises(AssertionError, match="no longer holds the rollout lock"):
         drain.restore(module)
     assert Router.workers == {} and drain.readiness(url) == 503
+
+
+class Readiness(BaseHTTPRequestHandler):
+    """A /readiness that answers the statuses of `answers` in turn (a hang: None), then the last one."""
+
+    answers: ClassVar[list] = []
+
+    def do_GET(self):
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer is None:
+            time.sleep(3)
+            answer = 200
+        self.send_response(answer)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def readiness(monkeypatch):
+    monkeypatch.setattr(drain, "READINESS_PAUSE", 0.01)
+    monkeypatch.setattr(drain, "READINESS_TIMEOUT", 0.5)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Readiness)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("answers", "found"),
+    [
+        ([503, 503, 503], "out"),
+        ([503, 200], "in"),
+        ([500, 200], "in"),
+        ([200], "in"),
+        ([503, 502, 503], "unknown"),
+        ([500], "unknown"),
+        ([None], "unknown"),
+        ([503, None, 503], "unknown"),
+    ],
+    ids=["503-thrice", "flap-to-200", "5xx-then-200", "200", "one-502", "500", "timeout", "one-timeout"],
+)
+def test_a_router_is_out_of_rotation_only_when_every_look_says_so(readiness, answers, found):
+    Readiness.answers = list(answers)
+    state, seen = drain.rotation(readiness)
+    assert state == found, seen
+    assert len(seen) == (answers.index(200) + 1 if 200 in answers else drain.READINESS_LOOKS)
+
+
+def test_a_closed_port_at_every_look_is_out_of_rotation():
+    state, seen = drain.rotation("http://127.0.0.1:9")
+    assert state == "out" and len(seen) == drain.READINESS_LOOKS
+
+
+def test_one_bad_readiness_answer_fails_the_drain_naming_what_it_saw(readiness, tmp_path):
+    Readiness.answers = [503, 500, 503]
+    module = Module(router_url=readiness, admin_credential=str(tmp_path / "k"), state_file=str(tmp_path / "d.json"))
+    with pytest.raises(AssertionError, match=r"cannot tell whether the router .* answered 503, 500, 503 at 3 looks"):
+        drain.drain(module)
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_a_router_out_at_every_look_is_not_drained_and_says_what_it_saw(readiness, tmp_path):
+    Readiness.answers = [503]
+    module = Module(router_url=readiness, admin_credential=str(tmp_path / "k"), state_file=str(tmp_path / "d.json"))
+    result = run(drain.drain, module)
+    assert result["changed"] is False and result["out_of_rotation"] == ["503"] * drain.READINESS_LOOKS
