@@ -268,6 +268,8 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
                 "sglang_genconfig_temperature": next(temperatures),
                 "sglang_rollout_steps": [count],
                 "sglang_rollout_max_unavailable": count,
+                # The batch is the whole inventory at the largest count: allowed by name.
+                "sglang_rollout_allow_whole_fleet": True,
             }
             seconds, changed = deploy(inventory, count, extra, times)
             tasks = [json.loads(line) for line in times.read_text().splitlines()]
@@ -375,7 +377,11 @@ def steps_under_load(inventory: Path, runs: int) -> list[dict]:
 
     inventories = sources(inventory)
     paced = {"sglang_lab_token_seconds": 0.02, "sglang_lab_balancer": True, "sglang_lab_startup_seconds": STEPS_STARTUP}
-    all_at_once = {"sglang_rollout_steps": [STEPS_HOSTS], "sglang_rollout_max_unavailable": STEPS_HOSTS}
+    all_at_once = {
+        "sglang_rollout_steps": [STEPS_HOSTS],
+        "sglang_rollout_max_unavailable": STEPS_HOSTS,
+        "sglang_rollout_allow_whole_fleet": True,
+    }
     deploy(inventory, STEPS_HOSTS, {**paced, **all_at_once})
     balancer = ["-e", f"bench_balancer_port={BALANCER_PORT}"]
     run([str(BIN / "ansible-playbook"), *inventories, "bench/balancer.yml", *balancer])

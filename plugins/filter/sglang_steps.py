@@ -8,9 +8,12 @@ from typing import Any
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_steps
 
 
-def sglang_step_errors(steps: Any, max_unavailable: Any) -> list[str]:
-    """What is wrong with sglang_rollout_steps and sglang_rollout_max_unavailable, naming each variable."""
-    return sglang_steps.step_errors(steps, max_unavailable)
+def sglang_step_errors(
+    steps: Any, max_unavailable: Any, inventory: int | None = None, allow_whole_fleet: Any = False
+) -> list[str]:
+    """What is wrong with sglang_rollout_steps and sglang_rollout_max_unavailable, naming each variable; with the
+    inventory's size, a whole-fleet guard the operator did not allow by name."""
+    return sglang_steps.step_errors(steps, max_unavailable, inventory, allow_whole_fleet)
 
 
 def sglang_rollout_schedule(

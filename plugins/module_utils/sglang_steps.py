@@ -62,7 +62,9 @@ def step_errors(
     errors += guard_errors
     if not isinstance(allow_whole_fleet, bool):
         errors.append(f"sglang_rollout_allow_whole_fleet={allow_whole_fleet!r} must be true or false")
-    elif not guard_errors and inventory is not None and whole_fleet(max_unavailable, inventory) and not allow_whole_fleet:
+    elif (
+        not guard_errors and inventory is not None and whole_fleet(max_unavailable, inventory) and not allow_whole_fleet
+    ):
         errors.append(
             f"sglang_rollout_max_unavailable={max_unavailable!r} lets every one of the inventory's {inventory} serving"
             " host(s) out of rotation at once: no capacity guard at all. Set a smaller guard, or allow it by name with"

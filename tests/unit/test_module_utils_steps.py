@@ -172,3 +172,70 @@ def test_a_last_step_smaller_than_it_asks_is_not_blamed_on_the_guard():
     assert plan["lines"][3].startswith("step 3: h4 (1 of 4); analysis of h4 without latency comparison"), plan["lines"]
     held = steps.plan(HOSTS[:4], HOSTS[:4], HOSTS[:4], {}, {**SETTINGS, "steps": [1, "50%"], "max_unavailable": 1}, {})
     assert "step 2: h2 (1 of 4; the step asks 2, the guard allows 1)" in held["lines"][2], held["lines"]
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1²", "³%"], ids=["superscript", "arabic-indic", "mixed", "percent"])
+def test_a_step_of_digits_int_cannot_read_is_refused_by_name(value):
+    errors = steps.step_errors([1, value], "10%")
+    assert errors == [
+        f"sglang_rollout_steps[1]={value!r} must be a whole number of hosts (at least 1) or a percentage from '1%'"
+        " to '100%'"
+    ]
+    assert steps.step_errors([1], value)[0].startswith(f"sglang_rollout_max_unavailable={value!r} must be")
+
+
+@pytest.mark.parametrize(
+    ("guard", "inventory", "whole"),
+    [
+        ("100%", 8, True),
+        ("100%", 1, True),
+        ("100.0%", 8, True),
+        (8, 8, True),
+        ("9", 8, True),
+        (7, 8, False),
+        ("99%", 8, False),
+        (1, 1, False),
+        ("10%", 1, False),
+    ],
+)
+def test_a_guard_that_lets_the_whole_fleet_out_is_refused_unless_allowed_by_name(guard, inventory, whole):
+    errors = steps.step_errors(["100%"], guard, inventory)
+    if whole:
+        assert errors == [
+            f"sglang_rollout_max_unavailable={guard!r} lets every one of the inventory's {inventory} serving host(s) out"
+            " of rotation at once: no capacity guard at all. Set a smaller guard, or allow it by name with"
+            " sglang_rollout_allow_whole_fleet=true"
+        ]
+    else:
+        assert errors == []
+    assert steps.step_errors(["100%"], guard, inventory, allow_whole_fleet=True) == []
+    # Without the inventory's size (the filter's old form), no whole-fleet check is made.
+    assert steps.step_errors(["100%"], guard) == []
+
+
+def test_the_run_brings_its_own_drained_but_serving_hosts_back_first_and_the_plan_says_so():
+    # Guard 1 of 8 (10%), h5 left drained by an earlier run with its services serving: before, no step had room.
+    why = {"h5": f"{steps.DRAINED_SERVING}: its router's workers are kept in /run/sglang-dsv4/drain.json"}
+    settings = {
+        "steps": [1, "25%"],
+        "max_unavailable": "10%",
+        "analysis": False,
+        "start_timeout": 30,
+        "drain": False,
+        "notice": 0,
+        "initial_delay": 0,
+        "interval": 0,
+        "count": 0,
+    }
+    plan = steps.plan(HOSTS, HOSTS, HOSTS, why, settings, {})
+    # Then one host at a time, as the guard allows.
+    assert [s["hosts"] for s in plan["steps"]] == [["h5"], ["h1"], ["h2"], ["h3"], ["h4"], ["h6"], ["h7"], ["h8"]]
+    assert any(line.startswith("brought back first: h5 (an earlier run's drain") for line in plan["lines"])
+    step = steps.next_step(1, HOSTS, [], HOSTS, HOSTS, why, settings)
+    assert step["hosts"] == ["h5"] and "brought back first (drained, serving; no capacity lost): h5" in step["line"]
+    # A drained host whose services do not serve is down like any other: it waits its turn, and the guard holds.
+    down = {"h5": "drained: its router's workers are kept in /run/sglang-dsv4/drain.json"}
+    assert steps.next_step(1, HOSTS, [], HOSTS, HOSTS, down, settings)["hosts"] == []
+    # With room, the returning host still goes first, beside the hosts the guard lets go.
+    roomy = {**settings, "max_unavailable": 2}
+    assert steps.next_step(1, HOSTS, [], HOSTS, HOSTS, why, {**roomy, "steps": [2]})["hosts"] == ["h5", "h1"]
