@@ -6,8 +6,9 @@ set -euo pipefail
 quiet_pip() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 cd "$(dirname "$0")/.."
 
-# podman and runc: the execution environment's image, built and run as AWX runs it (molecule/ee).
-apt_packages=(debootstrap systemd-container openssh-client python3-venv shellcheck podman runc)
+# podman and runc: the execution environment's image, built and run as AWX runs it (molecule/ee); nftables: the
+# traffic scenario cuts a lab host's ssh port mid-step (a host lost after its drain).
+apt_packages=(debootstrap systemd-container openssh-client python3-venv shellcheck podman runc nftables)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

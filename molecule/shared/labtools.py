@@ -19,6 +19,13 @@ def instance() -> dict:
     return yaml.safe_load(Path(os.environ["MOLECULE_INSTANCE_CONFIG"]).read_text())[0]
 
 
+def instances() -> list[dict]:
+    """Address, port, user and key of each of molecule's lab hosts."""
+    import yaml
+
+    return yaml.safe_load(Path(os.environ["MOLECULE_INSTANCE_CONFIG"]).read_text())
+
+
 def inventory() -> str:
     return os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "inventory")
 

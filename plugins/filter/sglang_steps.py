@@ -48,6 +48,25 @@ def sglang_out_of_rotation(
     return sglang_steps.out_of_rotation(inventory, own, alive, others)
 
 
+def sglang_rollout_step_report(
+    number: int,
+    step_hosts: list[str],
+    hosts: list[str],
+    alive: list[str],
+    done: list[str],
+    verdicts: dict[str, Any],
+    locks: dict[str, Any],
+    settings: dict[str, Any],
+    analysis_failures: list[str] | None = None,
+    run_id: str = "?",
+) -> dict[str, Any]:
+    """What one step did, host by host (a host without a verdict was lost), and whether the run stops, pauses or
+    goes on; the last step's lines count changed, rolled back, lost and untouched hosts apart."""
+    return sglang_steps.step_report(
+        int(number), step_hosts, hosts, alive, done, verdicts, locks, settings, analysis_failures or (), str(run_id)
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -55,4 +74,5 @@ class FilterModule:
             "sglang_rollout_schedule": sglang_rollout_schedule,
             "sglang_rollout_next_step": sglang_rollout_next_step,
             "sglang_out_of_rotation": sglang_out_of_rotation,
+            "sglang_rollout_step_report": sglang_rollout_step_report,
         }

@@ -1,12 +1,14 @@
 """The canary analysis: the Prometheus queries that compare the canary hosts with the hosts not yet changed, and
 the verdict of one round.
 
-One round looks at one window (the last `window` seconds) of the fleet's own series, as the monitoring role
-labels them (fleet, host, role): the router's answers (smg_http_responses_total), the decode servers' time to first
-token and inter-token latency (SGLang's histograms), the PD transfer failures, whether each server runs with the
-managed defaults (the monitoring timer's sglang_dsv4_server_defaults_in_effect), and whether Prometheus scrapes
-every service at all. Missing data is a failure of its round, never a pass: a canary that serves nothing, or a
-Prometheus that lost it, proves nothing. The semantic check (repetition of answers to fixed prompts sent without
+One round looks at one window (the wait before the round's own prompts) of the fleet's own series, as the monitoring
+role labels them (fleet, host, role): the router's routed inference requests (smg_http_requests_total by path) and
+its 5xx answers, the decode servers' time to first token and inter-token latency (SGLang's histograms), the PD
+transfer failures, whether each server runs with the managed defaults and how fresh that check is (the monitoring
+timer's sglang_dsv4_server_defaults_in_effect and sglang_dsv4_defaults_check_timestamp_seconds), and an `up` series
+of every job each host must have (prefill, decode, router, node). Missing data is a failure of its round, never a
+pass: a canary that serves no client, or a Prometheus that lost it, proves nothing (a traffic-free analysis only
+when the operator allows it by name). The semantic check (repetition of answers to fixed prompts sent without
 sampling parameters) is measured on the canary hosts and passed in.
 """
 
@@ -18,24 +20,49 @@ from statistics import median
 from typing import Any
 
 LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:-]+")
+# A fleet label as the monitoring role allows it (matched exactly, never as a regex).
+FLEET_VALUE = re.compile(r"[A-Za-z0-9_.:@/-]+")
 
 
-def queries(hosts: list[str], window: int) -> dict[str, str]:
-    """PromQL, by check, of one window for these hosts (the monitoring role's `host` label), each `by (host)`."""
+# The router's inference routes (smg_http_requests_total's path label): its answers to health checks, readiness
+# probes and metrics scrapes are no traffic.
+INFERENCE_PATHS = "/v1/chat/completions|/v1/responses|/v1/completions|/generate"
+# The scrape targets each analysed host must have, as the monitoring role's jobs label them (check, job, role).
+TARGETS = (
+    ("up_prefill", "sglang", "prefill"),
+    ("up_decode", "sglang", "decode"),
+    ("up_router", "sglang-router", "router"),
+    ("up_node", "node", ""),
+)
+
+
+def queries(hosts: list[str], window: int, fleet: str | None = None) -> dict[str, str]:
+    """PromQL, by check, of one window for these hosts (the monitoring role's `host` label, within its `fleet`
+    label when given), each `by (host)`."""
     for value in hosts:
         if not LABEL_VALUE.fullmatch(value):
             raise ValueError(f"{value!r} cannot be a Prometheus label value here")
+    if fleet and not FLEET_VALUE.fullmatch(fleet):
+        raise ValueError(f"fleet {fleet!r} cannot be a Prometheus label value here")
     # A label value here has no regex character but the dot, escaped for the regex and for the PromQL string.
     select = 'host=~"' + "|".join(h.replace(".", "\\\\.") for h in hosts) + '"'
+    if fleet:
+        select = f'fleet="{fleet}",{select}'
     w = f"[{int(window)}s]"
     latency = 'histogram_quantile(0.99, sum by (host, le) (rate({name}_bucket{{{select},role="decode"}}{w})))'
+    requests = f'sum by (host) (increase(smg_http_requests_total{{{select},path=~"{INFERENCE_PATHS}"}}{w}))'
+    errors = f'sum by (host) (increase(smg_http_responses_total{{{select},status_code=~"5.."}}{w}))'
+    found = {
+        check: f'min by (host) (up{{{select},job="{job}"' + (f',role="{role}"' if role else "") + "})"
+        for check, job, role in TARGETS
+    }
     return {
-        "scraped": f'min by (host) (up{{{select},job=~"sglang|sglang-router"}})',
-        "requests": f"sum by (host) (increase(smg_http_responses_total{{{select}}}{w}))",
-        "success": (
-            f'sum by (host) (increase(smg_http_responses_total{{{select},status_code!~"5.."}}{w}))'
-            f" / sum by (host) (increase(smg_http_responses_total{{{select}}}{w}))"
-        ),
+        **found,
+        # Routed inference requests only (the analysis asks its own prompts after this window ends).
+        "requests": requests,
+        # The share of them without a 5xx answer (the router's answers have no path label: a 5xx of a health check
+        # counts against it too, never for it); no 5xx series at all is none.
+        "success": f"clamp_min(1 - ({errors} or {requests} * 0) / {requests}, 0)",
         "ttft_p99": latency.format(name="sglang:time_to_first_token_seconds", select=select, w=w),
         "itl_p99": latency.format(name="sglang:inter_token_latency_seconds", select=select, w=w),
         # Totals since each server's start: the canary's servers started with this change, so every failure they
@@ -44,6 +71,8 @@ def queries(hosts: list[str], window: int) -> dict[str, str]:
             f'sum by (host) ({{__name__=~"sglang:num_(bootstrap|transfer)_failed_reqs_total",{select}}})'
         ),
         "defaults_in_effect": f"min by (host) (sglang_dsv4_server_defaults_in_effect{{{select}}})",
+        # How old the host's newest defaults check is: an old one says nothing of the servers running now.
+        "defaults_age": f"time() - max by (host) (sglang_dsv4_defaults_check_timestamp_seconds{{{select}}})",
     }
 
 
@@ -124,15 +153,27 @@ def verdict(
         found = [v for h, v in (samples.get(check) or {}).items() if h in stable]
         return median(found) if found else None
 
-    values["scraped"] = own("scraped")
-    if values["scraped"] != 1:
-        failures.append("Prometheus does not scrape every service of the canary (up)")
+    for check, job, role in TARGETS:
+        values[check] = own(check)
+        target = f"job {job}" + (f", role {role}" if role else "")
+        if values[check] is None:
+            failures.append(f"no data: Prometheus has no up series of the canary's {target}")
+        elif values[check] != 1:
+            failures.append(f"Prometheus cannot scrape the canary's {target} (up {values[check]:g})")
     values["requests"] = own("requests")
     values["success"] = own("success")
-    if not values["requests"] or values["success"] is None:
-        failures.append("no data: the canary's router answered no request in the window")
-    elif values["success"] < t["min_success"]:
+    quiet = not values["requests"] and "requests" not in failed_queries
+    if quiet and not t["allow_no_traffic"]:
+        failures.append(
+            "no client traffic: the canary's router routed no inference request in the window"
+            f" ({INFERENCE_PATHS}; the analysis' own prompts come after it). Without traffic the analysis proves"
+            " nothing; allow it by name with sglang_rollout_canary_allow_no_traffic=true"
+        )
+    elif not quiet and values["success"] is None:
+        failures.append("no data: the success ratio of the canary's routed requests")
+    elif not quiet and values["success"] < t["min_success"]:
         failures.append(f"success ratio {values['success']:.4f} < {t['min_success']}")
+    compare = compare and not quiet
     for check, label in (("ttft_p99", "time to first token p99"), ("itl_p99", "inter-token latency p99")):
         mine, theirs = own(check), baseline(check)
         values[check], values[f"{check}_stable"] = mine, theirs
@@ -155,6 +196,16 @@ def verdict(
         failures.append("no data: whether the managed defaults are in effect (sglang_dsv4_server_defaults_in_effect)")
     elif values["defaults_in_effect"] != 1:
         failures.append("a server of the canary does not run with the managed sampling defaults")
+    values["defaults_age"] = own("defaults_age")
+    if values["defaults_age"] is None:
+        failures.append(
+            "no data: when the managed defaults were last checked (sglang_dsv4_defaults_check_timestamp_seconds)"
+        )
+    elif values["defaults_age"] > t["max_signal_age"]:
+        failures.append(
+            f"the canary's defaults were last checked {values['defaults_age']:.0f} s ago, more than"
+            f" sglang_rollout_canary_max_signal_age={t['max_signal_age']}: it says nothing of the servers running now"
+        )
     values["repetition"], why = repetition(answers)
     if values["repetition"] is None:
         failures.append(f"no data: {why}")
@@ -170,8 +221,10 @@ def describe(thresholds: dict[str, Any]) -> str:
     t = normalize(thresholds)[0]
     return (
         f"after {t['initial_delay']} s, {t['count']} rounds of {t['interval']} s, at most {t['failure_limit']} failed:"
-        f" success >= {t['min_success']}, TTFT and ITL p99 <= {t['max_latency_ratio']}x the hosts not yet changed"
-        f" (+{t['latency_margin']} s), no PD transfer failure, defaults in effect, repetition <="
+        f" client traffic{' (or none, allowed)' if t['allow_no_traffic'] else ''}, success >= {t['min_success']},"
+        f" TTFT and ITL p99 <= {t['max_latency_ratio']}x the hosts not yet changed"
+        f" (+{t['latency_margin']} s), no PD transfer failure, defaults in effect (checked <= {t['max_signal_age']} s"
+        " ago), every service scraped, repetition <="
         f" {t['max_repetition']}; no data fails its round"
     )
 
@@ -186,6 +239,7 @@ RULES = {
     "max_latency_ratio": (float, lambda v: v >= 1, "a number of at least 1"),
     "latency_margin": (float, lambda v: v >= 0, "a number of seconds, at least 0"),
     "max_repetition": (float, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "max_signal_age": (int, lambda v: 1 <= v <= 86400, "an integer of seconds in 1..86400"),
 }
 
 
@@ -210,6 +264,13 @@ def normalize(thresholds: dict[str, Any], prefix: str = "sglang_rollout_canary_"
         if number is None or not ok(number):
             errors.append(f"{prefix}{name}={thresholds.get(name)!r} must be {wanted}")
         values[name] = number
+    allow = thresholds.get("allow_no_traffic", False)
+    values["allow_no_traffic"] = allow in (True, "true", "True", "yes")
+    if allow not in (True, False, "true", "True", "yes", "false", "False", "no"):
+        errors.append(f"{prefix}allow_no_traffic={allow!r} must be true or false")
+    fleet = thresholds.get("fleet", "")
+    if fleet and not (isinstance(fleet, str) and FLEET_VALUE.fullmatch(fleet)):
+        errors.append(f"{prefix}fleet={fleet!r} must be letters, digits and _ . : @ / - (a Prometheus label value)")
     if not errors and values["failure_limit"] >= values["count"]:
         errors.append(
             f"{prefix}failure_limit={values['failure_limit']} must be below {prefix}count={values['count']}: an"

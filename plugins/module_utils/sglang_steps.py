@@ -339,3 +339,119 @@ def out_of_rotation(
         elif result.get("available") is not True:
             out[host] = str(result.get("why") or result.get("msg") or "did not say")
     return out
+
+
+# A host's outcome at the end of its step (the fact sglang_rollout_outcome: "changed" from playbooks/tasks/step.yml,
+# the others from sglang_rollout's rollback.yml and lock.yml); a step's host without one was lost.
+VERDICTS = ("changed", "rolled back", "rollback failed", "lock lost", "not locked")
+
+
+def _lost_line(host: str, number: int, lock: dict[str, Any] | None, run_id: str) -> str:
+    if not lock or not lock.get("run_id"):
+        return (
+            f"{host}: LOST in step {number} while or before it took the lock (unreachable): NOT changed by this run;"
+            f" it may hold this run's lock (run {run_id}) until its lease ends. Once it can be reached:"
+            f" ansible-playbook deploy.yml --limit {host} -e sglang_rollout_break_lock={run_id}"
+        )
+    return (
+        f"{host}: LOST in step {number} (unreachable, or it never reached its step's end): NOT rolled back, its"
+        " files possibly half-written; possibly OUT OF ROTATION (drained) until its lease on"
+        f" {lock.get('path', '?')} ends, at most {lock.get('lease', '?')} s after its last renewal, when its own guard"
+        " puts the workers back if its services run from the files on disk; the lock stays held by run"
+        f" {lock['run_id']}. Once it can be reached: ansible-playbook deploy.yml --limit {host}"
+        f" -e sglang_rollout_break_lock={lock['run_id']}"
+    )
+
+
+def step_report(
+    number: int,
+    step_hosts: list[str],
+    hosts: list[str],
+    alive: list[str],
+    done: list[str],
+    verdicts: dict[str, Any],
+    locks: dict[str, Any],
+    settings: dict[str, Any],
+    analysis_failures: list[str] | tuple[str, ...] = (),
+    run_id: str = "?",
+) -> dict[str, Any]:
+    """What one step did, host by host, and whether the run stops, pauses or goes on (playbooks/tasks/step.yml).
+
+    hosts: the apply's hosts in inventory order; alive: those still in the play; done: every step's hosts so far
+    (this one's included); verdicts: host -> its outcome (VERDICTS, "" for none); locks: host -> the fence it took
+    ({path, run_id, lease}), for the message of a lost host. A step's host without an outcome was lost: it stops
+    the run and is never counted as rolled back; a host that dropped out before its step never changed; a host
+    that changed but failed after (the lock's release) fails the step. The last line counts them apart."""
+    verdict = {host: str(verdicts.get(host) or "") for host in hosts}
+    for host in hosts:
+        if verdict[host] not in VERDICTS:
+            verdict[host] = ""
+    lost = [host for host in step_hosts if not verdict[host]]
+    failed = [host for host in step_hosts if verdict[host] != "changed" or host not in alive]
+    dropped = [host for host in hosts if host not in done and host not in alive]
+    left = [host for host in hosts if host not in done and host in alive]
+    percent = int(settings.get("max_fail_percentage") or 0)
+    stop = bool(lost) or bool(failed and (analysis_failures or len(failed) * 100 > percent * len(step_hosts)))
+    pause = not stop and int(settings.get("pause_after") or 0) == number and bool(left)
+    lines = [_lost_line(host, number, locks.get(host), run_id) for host in lost]
+    for host in dropped:
+        lines.append(f"{host}: dropped out of the run before its step (unreachable): NOT changed by this run")
+    for kind, said in (
+        ("rolled back", "rolled back to their state before this run"),
+        ("rollback failed", "NOT rolled back: the rollback failed"),
+        ("lock lost", "NOT rolled back: this run lost their lock to another run"),
+        ("not locked", "not changed: another run held their lock"),
+    ):
+        named = [host for host in step_hosts if verdict[host] == kind]
+        if named:
+            lines.append(f"step {number}: {said} (see above): {', '.join(named)}")
+    late = [host for host in step_hosts if verdict[host] == "changed" and host not in alive]
+    if late:
+        lines.append(
+            f"step {number}: changed and verified, then failed at the step's end (see above): {', '.join(late)}"
+        )
+    if stop:
+        lines.append(
+            f"step {number} failed on {', '.join(failed)}: the rollout stops; {len(left)} host(s) not changed"
+            + (f": {', '.join(left)}" if left else "")
+        )
+    elif pause:
+        lines.append(
+            f"paused after step {number} (sglang_rollout_pause_after): {len(left)} host(s) not changed yet:"
+            f" {', '.join(left)}. Look at the changed hosts; run again without sglang_rollout_pause_after to go on"
+            " (the changed hosts are no-ops)."
+        )
+    end = stop or pause or not left
+    if end:
+        ran = [host for host in hosts if host in done]
+        groups = {kind: [host for host in ran if verdict[host] == kind] for kind in VERDICTS}
+        lost_all = [host for host in ran if not verdict[host]]
+        not_rolled_back = groups["rollback failed"] + groups["lock lost"]
+        untouched = [host for host in hosts if host not in done] + groups["not locked"]
+        every = len(groups["changed"]) == len(hosts) and not late
+        lines.append(
+            ("every host changed: " if every else "rollout: ")
+            + f"{len(groups['changed'])} changed, {len(groups['rolled back'])} rolled back,"
+            f" {len(not_rolled_back)} failed and NOT rolled back, {len(lost_all)} lost, {len(untouched)} untouched,"
+            f" of {len(hosts)}"
+            + "".join(
+                f"; {kind}: {', '.join(names)}"
+                for kind, names in (
+                    ("rolled back", groups["rolled back"]),
+                    ("NOT rolled back", not_rolled_back),
+                    ("lost", lost_all),
+                    ("untouched", untouched),
+                )
+                if names
+            )
+        )
+    return {
+        "stop": stop,
+        "pause": pause,
+        "end": end,
+        "lost": lost,
+        "failed": failed,
+        "dropped": dropped,
+        "left": left,
+        "lines": lines,
+    }

@@ -38,6 +38,11 @@ options:
     description: The window, in seconds, that ends now.
     type: int
     required: true
+  fleet:
+    description: The C(fleet) label value the series must carry (the monitoring role's sglang_monitoring_fleet); empty
+      asks every fleet's.
+    type: str
+    default: ""
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -47,6 +52,7 @@ EXAMPLES = r"""
     url: http://127.0.0.1:9090
     hosts: [dsv4-gpu-01, dsv4-gpu-02]
     window: 60
+    fleet: sglang-dsv4
 """
 
 RETURN = r"""
@@ -94,12 +100,13 @@ def main() -> None:
             "ca_file": {"type": "path"},
             "hosts": {"type": "list", "elements": "str", "required": True},
             "window": {"type": "int", "required": True},
+            "fleet": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
-        wanted = queries(p["hosts"], p["window"])
+        wanted = queries(p["hosts"], p["window"], p["fleet"] or None)
     except ValueError as error:
         module.fail_json(msg=f"canary analysis: {error}")
     samples, errors, failed = {}, [], []

@@ -17,7 +17,7 @@ description:
     says why (the guard never counts the unknown as available).
   - A drained host whose services all answer their health checks (each unit the drain recorded in its state file)
     is C(drained_serving) - an earlier run's drain that did not end - and its C(why) starts with
-    C(drained, its services serving): a rollout brings it back first, since changing it costs no capacity.
+    C(drained, its services serving) - a rollout brings it back first, since changing it costs no capacity.
   - Changes nothing; runs in check mode too.
 options:
   router_url:

@@ -15,6 +15,7 @@ THRESHOLDS = {
     "max_latency_ratio": 1.5,
     "latency_margin": 0.05,
     "max_repetition": 0.5,
+    "max_signal_age": 300,
 }
 STABLE = ["gpu-2", "gpu-3", "gpu-4"]
 
@@ -22,13 +23,14 @@ STABLE = ["gpu-2", "gpu-3", "gpu-4"]
 def healthy(**override) -> dict:
     """A round's samples where the canary (gpu-1) looks like the hosts not yet changed."""
     samples = {
-        "scraped": dict.fromkeys(["gpu-1", *STABLE], 1.0),
+        **{check: dict.fromkeys(["gpu-1", *STABLE], 1.0) for check, _job, _role in canary.TARGETS},
         "requests": dict.fromkeys(["gpu-1", *STABLE], 300.0),
         "success": dict.fromkeys(["gpu-1", *STABLE], 1.0),
         "ttft_p99": {"gpu-1": 0.21, "gpu-2": 0.2, "gpu-3": 0.19, "gpu-4": 0.25},
         "itl_p99": dict.fromkeys(["gpu-1", *STABLE], 0.02),
         "transfer_failures": {},
         "defaults_in_effect": dict.fromkeys(["gpu-1", *STABLE], 1.0),
+        "defaults_age": dict.fromkeys(["gpu-1", *STABLE], 40.0),
     }
     for check, values in override.items():
         samples[check] = {**samples[check], **values} if values else {}
@@ -62,7 +64,9 @@ def test_a_canary_like_the_others_passes():
         ({"itl_p99": {"gpu-1": 0.2}}, None, "inter-token latency p99 0.200 s is 10.00x"),
         ({"transfer_failures": {"gpu-1": 2.0}}, None, "2 PD bootstrap or KV transfer failure(s)"),
         ({"defaults_in_effect": {"gpu-1": 0.0}}, None, "does not run with the managed sampling defaults"),
-        ({"scraped": {"gpu-1": 0.0}}, None, "Prometheus does not scrape every service of the canary"),
+        ({"up_decode": {"gpu-1": 0.0}}, None, "Prometheus cannot scrape the canary's job sglang, role decode (up 0)"),
+        ({"up_node": {"gpu-1": 0.0}}, None, "Prometheus cannot scrape the canary's job node (up 0)"),
+        ({"defaults_age": {"gpu-1": 900.0}}, None, "the canary's defaults were last checked 900 s ago, more than"),
         ({}, answers(VARIED, LOOPING), "answers to the fixed prompts repeat themselves (0.94 > 0.5)"),
     ],
 )
@@ -74,19 +78,27 @@ def test_each_check_fails_its_round_by_name(override, given, reason):
 @pytest.mark.parametrize(
     ("override", "given", "failed", "reason"),
     [
-        ({"requests": None, "success": None}, None, (), "no data: the canary's router answered no request"),
-        ({"requests": {"gpu-1": 0.0}}, None, (), "no data: the canary's router answered no request"),
+        ({"requests": None, "success": None}, None, (), "no client traffic: the canary's router routed no inference"),
+        ({"requests": {"gpu-1": 0.0}}, None, (), "no client traffic: the canary's router routed no inference"),
+        ({"success": None}, None, (), "no data: the success ratio of the canary's routed requests"),
+        ({"defaults_age": None}, None, (), "no data: when the managed defaults were last checked"),
         ({"ttft_p99": None}, None, (), "no data: time to first token p99 of the canary"),
         ({"itl_p99": None}, None, (), "no data: inter-token latency p99 of the canary"),
         ({"defaults_in_effect": None}, None, (), "no data: whether the managed defaults are in effect"),
-        ({"scraped": None}, None, (), "Prometheus does not scrape every service"),
+        ({"up_router": None}, None, (), "no data: Prometheus has no up series of the canary's job sglang-router"),
+        (
+            {"up_prefill": None},
+            None,
+            (),
+            "no data: Prometheus has no up series of the canary's job sglang, role prefill",
+        ),
         ({}, [], (), "no data: the fixed prompts got no answer"),
         ({}, answers(VARIED, status=503), (), "no data: the fixed prompt 1 got no answer (status 503)"),
         ({}, answers(VARIED, ""), (), "the answer to fixed prompt 2 has 0 word(s), fewer than the 12"),
         ({}, answers(None), (), "the answer to fixed prompt 1 has 0 word(s)"),
         ({}, answers("Paris."), (), "the answer to fixed prompt 1 has 1 word(s)"),
         ({}, None, ("transfer_failures",), "no data: the transfer_failures query failed"),
-        ({}, None, ("scraped", "requests"), "no data: the requests query failed"),
+        ({}, None, ("up_node", "requests"), "no data: the requests query failed"),
     ],
 )
 def test_no_data_is_a_failure_never_a_pass(override, given, failed, reason):
@@ -112,18 +124,58 @@ def test_a_tiny_latency_above_the_ratio_but_within_the_margin_passes():
 def test_queries_select_the_hosts_by_their_monitoring_label_and_window():
     q = canary.queries(["gpu-1.example.com", "gpu-2"], 60)
     assert set(q) == {
-        "scraped",
+        "up_prefill",
+        "up_decode",
+        "up_router",
+        "up_node",
         "requests",
         "success",
         "ttft_p99",
         "itl_p99",
         "transfer_failures",
         "defaults_in_effect",
+        "defaults_age",
     }
     assert 'host=~"gpu-1\\\\.example\\\\.com|gpu-2"' in q["success"] and "[60s]" in q["success"]
     assert 'role="decode"' in q["ttft_p99"] and "sglang:time_to_first_token_seconds_bucket" in q["ttft_p99"]
+    # Routed inference requests only: the router's answers to probes and scrapes are no traffic.
+    assert (
+        'smg_http_requests_total{host=~"gpu-1\\\\.example\\\\.com|gpu-2",path=~"/v1/chat/completions|' in q["requests"]
+    )
+    assert "smg_http_responses_total" not in q["requests"]
+    assert 'up{host=~"gpu-1\\\\.example\\\\.com|gpu-2",job="sglang",role="prefill"}' in q["up_prefill"]
+    assert 'job="node"}' in q["up_node"]
     with pytest.raises(ValueError, match="cannot be a Prometheus label value"):
         canary.queries(['gpu-1"} or vector(1) #'], 60)
+
+
+def test_queries_keep_to_the_fleet_when_given():
+    q = canary.queries(["gpu-1"], 30, "prod/eu@1")
+    assert all(query.count('fleet="prod/eu@1"') >= 1 for query in q.values()), q
+    assert 'fleet="' not in canary.queries(["gpu-1"], 30)["requests"]
+    with pytest.raises(ValueError, match="fleet"):
+        canary.queries(["gpu-1"], 30, 'prod"} or vector(1)')
+
+
+def test_a_window_without_client_traffic_fails_unless_allowed_by_name():
+    """The balancer's probes and the analysis' own prompts are not in the count: zero routed requests is no traffic,
+    which proves nothing; allowed by name, the quiet round passes on its other checks (latencies not judged)."""
+    quiet = healthy(requests={"gpu-1": 0.0}, success={"gpu-1": 1.0}, ttft_p99=None, itl_p99=None)
+    result = judge(quiet)
+    assert not result["ok"]
+    assert [f for f in result["failures"] if "traffic" in f] == [
+        "no client traffic: the canary's router routed no inference request in the window"
+        f" ({canary.INFERENCE_PATHS}; the analysis' own prompts come after it). Without traffic the analysis proves"
+        " nothing; allow it by name with sglang_rollout_canary_allow_no_traffic=true"
+    ]
+    assert not any("latency" in f for f in result["failures"]), result["failures"]
+    allowed = judge(quiet, allow_no_traffic=True)
+    assert allowed["ok"], allowed["failures"]
+    # Allowing a quiet window never excuses a bad one: its other checks still fail it.
+    assert not judge({**quiet, "defaults_in_effect": {"gpu-1": 0.0}}, allow_no_traffic=True)["ok"]
+    # A failed requests query is no data, not "no traffic".
+    failed = judge(healthy(requests=None), failed=("requests",), allow_no_traffic=True)
+    assert "no data: the requests query failed" in failed["failures"]
 
 
 def test_an_answer_becomes_host_values_and_nan_is_no_data():
@@ -163,6 +215,9 @@ def test_nan_and_infinities_are_no_data_so_a_baseline_never_disables_a_check(val
         ("max_repetition", True, "sglang_rollout_canary_max_repetition=True must be a number in [0, 1]"),
         ("failure_limit", 5, "sglang_rollout_canary_failure_limit=5 must be below sglang_rollout_canary_count=5"),
         ("sample_seconds", 0, "sglang_rollout_canary_sample_seconds=0 must be an integer of seconds in 1..3600"),
+        ("max_signal_age", 0, "sglang_rollout_canary_max_signal_age=0 must be an integer of seconds in 1..86400"),
+        ("allow_no_traffic", "maybe", "sglang_rollout_canary_allow_no_traffic='maybe' must be true or false"),
+        ("fleet", 'a"}', "sglang_rollout_canary_fleet='a\"}' must be letters, digits and _ . : @ / -"),
         # The flake this rule ends: 15 s windows over a 5 s scrape federated every 5 s held two samples at best.
         (
             "sample_seconds",
@@ -191,12 +246,13 @@ def test_thresholds_from_the_command_line_are_numbers_too():
 
 def test_without_hosts_left_unchanged_the_latencies_are_recorded_not_compared():
     samples = {
-        "scraped": {"gpu-3": 1.0},
+        **{check: {"gpu-3": 1.0} for check, _job, _role in canary.TARGETS},
         "requests": {"gpu-3": 120.0},
         "success": {"gpu-3": 1.0},
         "ttft_p99": {"gpu-3": 9.0},
         "itl_p99": {"gpu-3": 0.02},
         "defaults_in_effect": {"gpu-3": 1.0},
+        "defaults_age": {"gpu-3": 10.0},
     }
     answers = [
         {

@@ -202,8 +202,8 @@ def test_a_guard_that_lets_the_whole_fleet_out_is_refused_unless_allowed_by_name
     errors = steps.step_errors(["100%"], guard, inventory)
     if whole:
         assert errors == [
-            f"sglang_rollout_max_unavailable={guard!r} lets every one of the inventory's {inventory} serving host(s) out"
-            " of rotation at once: no capacity guard at all. Set a smaller guard, or allow it by name with"
+            f"sglang_rollout_max_unavailable={guard!r} lets every one of the inventory's {inventory} serving host(s)"
+            " out of rotation at once: no capacity guard at all. Set a smaller guard, or allow it by name with"
             " sglang_rollout_allow_whole_fleet=true"
         ]
     else:
@@ -239,3 +239,117 @@ def test_the_run_brings_its_own_drained_but_serving_hosts_back_first_and_the_pla
     # With room, the returning host still goes first, beside the hosts the guard lets go.
     roomy = {**settings, "max_unavailable": 2}
     assert steps.next_step(1, HOSTS, [], HOSTS, HOSTS, why, {**roomy, "steps": [2]})["hosts"] == ["h5", "h1"]
+
+
+# --- The step's report (playbooks/tasks/step.yml's "Stop, pause or go on") ---
+APPLY = ["h1", "h2", "h3", "h4"]
+STEP_FENCE = {"path": "/var/lib/sglang-dsv4/rollout.lock", "run_id": "R1", "lease": 900}
+STEP_SETTINGS = {"max_fail_percentage": 0, "pause_after": 0}
+
+
+def report(step_hosts, alive, done, verdicts, settings=None, failures=(), number=2):
+    settings = STEP_SETTINGS if settings is None else settings
+    locks = dict.fromkeys([h for h in APPLY if verdicts.get(h) or h in step_hosts], STEP_FENCE)
+    return steps.step_report(number, step_hosts, APPLY, alive, done, verdicts, locks, settings, failures, "R1")
+
+
+def test_a_host_lost_mid_step_fails_the_step_and_is_never_called_rolled_back():
+    """h3 was unreachable after its drain: no rescue ran for it, so it has no outcome. The step stops, h3's line
+    says what is known and how to end it, and the counts keep it apart from the rolled-back h2."""
+    out = report(["h2", "h3"], ["h1", "h2", "h4"], ["h1", "h2", "h3"], {"h1": "changed", "h2": "rolled back"})
+    assert out["stop"] and out["end"] and out["lost"] == ["h3"] and out["failed"] == ["h2", "h3"]
+    lost = out["lines"][0]
+    assert lost.startswith("h3: LOST in step 2 (unreachable, or it never reached its step's end): NOT rolled back")
+    assert "possibly OUT OF ROTATION (drained) until its lease on /var/lib/sglang-dsv4/rollout.lock ends" in lost
+    assert "at most 900 s after its last renewal" in lost and "the lock stays held by run R1" in lost
+    assert lost.endswith("ansible-playbook deploy.yml --limit h3 -e sglang_rollout_break_lock=R1")
+    assert "step 2: rolled back to their state before this run (see above): h2" in out["lines"]
+    assert "step 2 failed on h2, h3: the rollout stops; 1 host(s) not changed: h4" in out["lines"]
+    assert out["lines"][-1] == (
+        "rollout: 1 changed, 1 rolled back, 0 failed and NOT rolled back, 1 lost, 1 untouched, of 4;"
+        " rolled back: h2; lost: h3; untouched: h4"
+    )
+    assert not any("h3" in line and "rolled back:" in line for line in out["lines"][1:-1])
+
+
+def test_a_lost_host_stops_the_run_whatever_max_fail_percentage_allows():
+    out = report(
+        ["h2", "h3"],
+        ["h1", "h2", "h4"],
+        ["h1", "h2", "h3"],
+        {"h1": "changed", "h2": "changed"},
+        {"max_fail_percentage": 100, "pause_after": 0},
+    )
+    assert out["stop"] and out["lost"] == ["h3"]
+
+
+def test_a_host_lost_before_its_lock_changed_nothing_and_may_hold_the_lock():
+    out = steps.step_report(1, ["h1"], APPLY, ["h2", "h3", "h4"], ["h1"], {}, {}, STEP_SETTINGS, (), "R9")
+    assert out["lines"][0] == (
+        "h1: LOST in step 1 while or before it took the lock (unreachable): NOT changed by this run; it may hold"
+        " this run's lock (run R9) until its lease ends. Once it can be reached: ansible-playbook deploy.yml"
+        " --limit h1 -e sglang_rollout_break_lock=R9"
+    )
+
+
+def test_a_host_that_dropped_out_before_its_step_is_not_changed_never_rolled_back():
+    """h4 became unreachable while it waited: the last step ends the run, and h4 is untouched, not rolled back."""
+    out = report(["h3"], ["h1", "h2", "h3"], ["h1", "h2", "h3"], dict.fromkeys(["h1", "h2", "h3"], "changed"), number=3)
+    assert not out["stop"] and out["end"] and out["dropped"] == ["h4"] and out["left"] == []
+    assert "h4: dropped out of the run before its step (unreachable): NOT changed by this run" in out["lines"]
+    assert out["lines"][-1] == (
+        "rollout: 3 changed, 0 rolled back, 0 failed and NOT rolled back, 0 lost, 1 untouched, of 4; untouched: h4"
+    )
+
+
+def test_a_run_that_rolled_hosts_back_never_ends_with_every_host_changed():
+    """With sglang_rollout_max_fail_percentage=50 a step of two goes on past one rolled-back host; the last step's
+    line counts it, and never says every host changed."""
+    loose = {"max_fail_percentage": 50, "pause_after": 0}
+    verdicts = {"h1": "changed", "h2": "rolled back", "h3": "changed", "h4": "changed"}
+    middle = report(["h2", "h3"], ["h1", "h3", "h4"], ["h1", "h2", "h3"], verdicts, loose)
+    assert not middle["stop"] and not middle["end"] and middle["left"] == ["h4"]
+    last = report(["h4"], ["h1", "h3", "h4"], APPLY, verdicts, loose, number=3)
+    assert last["end"] and not last["stop"]
+    assert last["lines"][-1].startswith("rollout: 3 changed, 1 rolled back, 0 failed and NOT rolled back, 0 lost")
+    every = report(["h4"], APPLY, APPLY, dict.fromkeys(APPLY, "changed"), number=3)
+    assert every["lines"] == [
+        "every host changed: 4 changed, 0 rolled back, 0 failed and NOT rolled back, 0 lost, 0 untouched, of 4"
+    ]
+
+
+def test_outcomes_other_than_changed_are_named_for_what_they_are():
+    verdicts = {"h1": "rollback failed", "h2": "lock lost", "h3": "not locked"}
+    out = report(["h1", "h2", "h3"], ["h4"], ["h1", "h2", "h3"], verdicts, number=1)
+    assert out["stop"] and out["lost"] == []
+    assert "step 1: NOT rolled back: the rollback failed (see above): h1" in out["lines"]
+    assert "step 1: NOT rolled back: this run lost their lock to another run (see above): h2" in out["lines"]
+    assert "step 1: not changed: another run held their lock (see above): h3" in out["lines"]
+    assert out["lines"][-1] == (
+        "rollout: 0 changed, 0 rolled back, 2 failed and NOT rolled back, 0 lost, 2 untouched, of 4;"
+        " NOT rolled back: h1, h2; untouched: h4, h3"
+    )
+
+
+def test_a_host_changed_then_failed_at_the_steps_end_fails_the_step():
+    out = report(["h1"], ["h2", "h3", "h4"], ["h1"], {"h1": "changed"}, number=1)
+    assert out["stop"] and out["failed"] == ["h1"] and out["lost"] == []
+    assert "step 1: changed and verified, then failed at the step's end (see above): h1" in out["lines"]
+
+
+def test_pause_and_go_on():
+    verdicts = {"h1": "changed"}
+    paused = report(["h1"], APPLY, ["h1"], verdicts, {"max_fail_percentage": 0, "pause_after": 1}, number=1)
+    assert paused["pause"] and paused["end"] and not paused["stop"]
+    assert paused["lines"][0].startswith("paused after step 1 (sglang_rollout_pause_after): 3 host(s) not changed yet")
+    going = report(["h1"], APPLY, ["h1"], verdicts, number=1)
+    assert not going["end"] and going["lines"] == []
+
+
+def test_the_step_report_filter_takes_the_playbooks_arguments():
+    from ansible_collections.dsv4.sglang.plugins.filter.sglang_steps import sglang_rollout_step_report
+
+    out = sglang_rollout_step_report(
+        "1", ["h1"], APPLY, ["h2", "h3", "h4"], ["h1"], {"h1": ""}, {"h1": STEP_FENCE}, STEP_SETTINGS
+    )
+    assert out["lost"] == ["h1"] and "sglang_rollout_break_lock=R1" in out["lines"][0]

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import labtools
@@ -118,12 +119,14 @@ def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_str
     for name, number in STEP_OF.items():
         # Each round's line, with its values as JSON (quotes escaped where the run printed its results as JSON).
         label = rf"step {number}{' [(]the canary[)]' if number == 1 else ''} analysis of {name}"
-        rounds = re.findall(label + r' round ([0-9])/3: (ok|FAILED: .*?) (\{\\?"scraped\\?": [^}]*\})', plan)
+        rounds = re.findall(label + r' round ([0-9])/3: (ok|FAILED: .*?) (\{\\?"up_prefill\\?": [^}]*\})', plan)
         assert [n for n, _verdict, _values in rounds] == ["1", "2", "3"], (name, rounds)
         passed = [json.loads(values.replace('\\"', '"')) for _n, verdict, values in rounds if verdict == "ok"]
         assert len(passed) >= 2, rounds
         for values in passed:
-            assert values["scraped"] == 1 and values["requests"] > 0 and values["success"] >= 0.99, rounds
+            assert [values[f"up_{target}"] for target in ("prefill", "decode", "router", "node")] == [1, 1, 1, 1]
+            assert values["requests"] > 0 and values["success"] >= 0.99, rounds
+            assert 0 <= values["defaults_age"] <= 300, rounds
             assert values["defaults_in_effect"] == 1 and values["transfer_failures"] == 0, rounds
             assert values["ttft_p99"] > 0 and values["itl_p99"] > 0 and 0 <= values["repetition"] <= 0.5, rounds
             # The last step's latencies are recorded, not compared: no host was left unchanged.
@@ -291,3 +294,127 @@ def test_keys_rotated_under_load_lose_nothing_restart_only_what_takes_them_and_r
 def back_to_inventory() -> None:
     back = deploy("-e", json.dumps({"sglang_rollout_analysis": False}), timeout=ROLLOUT_TIMEOUT)
     assert back.returncode == 0, text(back)[-3000:]
+
+
+def test_an_analysis_without_client_traffic_fails_and_rolls_the_canary_back():
+    """No load: the balancer's probes and the analysis' own prompts are no client traffic, so the canary's rounds
+    have nothing to judge and fail, saying so; the canary is rolled back and nothing else changes."""
+    hosts = {name: lab_host(name) for name in HOSTS}
+    before = {name: host_state(h) for name, h in hosts.items()}
+    settings = {"sglang_genconfig_temperature": 0.66, "sglang_rollout_steps": [1], "sglang_rollout_max_unavailable": 1}
+    out = deploy("-e", json.dumps(settings), timeout=ROLLOUT_TIMEOUT)
+    after = {name: host_state(h) for name, h in hosts.items()}
+    output = flat(out)
+    assert out.returncode != 0
+    assert "step 1 (the canary) failed its analysis: dsv4-traf-1: " in output, output[-6000:]
+    assert "no client traffic: the canary's router routed no inference request in the window" in output
+    assert "dsv4-traf-1 was rolled back to its state before this run" in output
+    assert (
+        "rollout: 0 changed, 1 rolled back, 0 failed and NOT rolled back, 0 lost, 3 untouched, of 4;"
+        " rolled back: dsv4-traf-1; untouched: dsv4-traf-2, dsv4-traf-3, dsv4-traf-4" in output
+    ), output[-3000:]
+    assert after["dsv4-traf-1"]["files"] == before["dsv4-traf-1"]["files"]
+    assert runs_from_disk(after["dsv4-traf-1"]) == []
+    for name in HOSTS[1:]:
+        assert after[name]["files"] == before[name]["files"] and pids(after[name]) == pids(before[name]), name
+
+
+CUT = "dsv4_lab_cut"
+
+
+def cut_ssh(port: int) -> None:
+    """LAB: the controller's packets to one lab host's sshd are answered with a reset (its established connection
+    too): the host is lost to the run, its services go on serving."""
+    rule = f"tcp dport {port} reject with tcp reset"
+    rules = f"table inet {CUT} {{\n chain input {{\n  type filter hook input priority 0;\n  {rule}\n }}\n}}\n"
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+
+
+def uncut() -> None:
+    subprocess.run(["nft", "delete", "table", "inet", CUT], capture_output=True, check=False)
+
+
+def readiness(port: int) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readiness", timeout=2) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
+
+
+def test_a_host_lost_right_after_its_drain_fails_its_step_names_it_and_the_next_run_heals_it(request):
+    """Under load, a step of two hosts; the controller loses dsv4-traf-2 (its ssh port cut) the moment its router is
+    drained. Ansible runs no rescue for an unreachable host: the run fails, names it as lost and NOT rolled back
+    (drained, locked, the command that ends it), rolls the other host of the step back, and never calls the lost
+    host rolled back. Once it can be reached, the command the run printed heals it: back in rotation, its files
+    as before, every service running from them. The clients lose nothing."""
+    request.addfinalizer(uncut)
+    lost, other = "dsv4-traf-2", "dsv4-traf-1"
+    hosts = {name: lab_host(name) for name in HOSTS}
+    before = {name: host_state(h) for name, h in hosts.items()}
+    ssh = {entry["instance"]: int(entry["port"]) for entry in labtools.instances()}[lost]
+    router = int(re.search(r"--port (\d+)", hosts[lost].check_output("systemctl cat sglang-dsv4-router")).group(1))
+    assert readiness(router) == 200
+    cut = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + ROLLOUT_TIMEOUT
+        while time.monotonic() < deadline and not cut.is_set():
+            if readiness(router) == 503:
+                cut_ssh(ssh)
+                cut.set()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    client = load(ROLLOUT_TIMEOUT + 60)
+    time.sleep(3)
+    watcher.start()
+    settings = {
+        "sglang_genconfig_temperature": 0.67,
+        "sglang_rollout_steps": [2],
+        "sglang_rollout_max_unavailable": 2,
+        "sglang_rollout_analysis": False,
+    }
+    out = deploy("-e", json.dumps(settings), timeout=ROLLOUT_TIMEOUT)
+    cut.set()
+    watcher.join(timeout=10)
+    output = flat(out)
+    assert out.returncode != 0
+    # Cut after its drain began: its router had said 503 to the balancer.
+    assert subprocess.run(["nft", "list", "table", "inet", CUT], capture_output=True).returncode == 0, output[-4000:]
+    run_id = re.search(rf"{lost}: LOST in step 1 .*?sglang_rollout_break_lock=(\S+)", output)
+    assert run_id, output[-6000:]
+    said = run_id.group(0)
+    assert f"{lost}: LOST in step 1 (unreachable, or it never reached its step's end): NOT rolled back" in said
+    assert "possibly OUT OF ROTATION (drained) until its lease on" in said and "the lock stays held by run" in said
+    assert f"ansible-playbook deploy.yml --limit {lost} -e sglang_rollout_break_lock=" in said
+    assert f"step 1 lost {lost} (unreachable: not rolled back, see the end of the run). Every host" in output
+    assert f"{other} was rolled back to its state before this run" in output
+    assert f"{lost} was rolled back" not in output
+    assert (
+        "rollout: 0 changed, 1 rolled back, 0 failed and NOT rolled back, 1 lost, 2 untouched, of 4;"
+        f" rolled back: {other}; lost: {lost}; untouched: dsv4-traf-3, dsv4-traf-4" in output
+    ), output[-3000:]
+    # The other host of the step, judged on the host: files byte for byte as before, every service from them.
+    rolled = host_state(hosts[other])
+    assert rolled["files"] == before[other]["files"] and runs_from_disk(rolled) == []
+
+    uncut()
+    heal = deploy(
+        "--limit", lost, "-e", json.dumps({"sglang_rollout_break_lock": run_id.group(1)}), timeout=ROLLOUT_TIMEOUT
+    )
+    time.sleep(3)
+    client.send_signal(signal.SIGTERM)
+    counted = tally(client)
+    assert heal.returncode == 0, text(heal)[-4000:]
+    healed = host_state(lab_host(lost))
+    assert healed["files"] == before[lost]["files"] and runs_from_disk(healed) == []
+    assert not lab_host(lost).file("/run/sglang-dsv4/drain.json").exists and readiness(router) == 200
+    for name in ("dsv4-traf-3", "dsv4-traf-4"):
+        assert pids(host_state(hosts[name])) == pids(before[name]), name
+    assert (counted["non_2xx"], counted["truncated"], counted["failed"]) == (0, 0, 0), counted
