@@ -30,8 +30,57 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") -> list[str]:
-    """Everything wrong with a topology, as messages that name the variable and the value."""
+# Options prefill and decode must agree on, since the KV cache crosses between them (its page size, its dtype, which
+# the model's dtype sets when --kv-cache-dtype is auto, and the weights it was computed from). The collection's own
+# flags (model path, KV-cache dtype, transfer backend) are rendered alike on both and refused in extra_flags; these
+# may come from sglang_services_server_flags (both sides) and each side's extra_flags.
+PD_EQUAL = ("--page-size", "--dtype", "--kv-cache-dtype", "--quantization", "--revision", "--load-format")
+
+
+def _last_value(flags: list[Any], option: str) -> tuple[bool, str | None]:
+    """(whether these flags set the option, its value as argparse keeps it: the last one), abbreviations too."""
+    found, value = False, None
+    words = [str(flag) for flag in flags]
+    for index, word in enumerate(words):
+        name, equals, given = word.partition("=")
+        if not name.startswith("--") or len(name) < 4 or not option.startswith(name):
+            continue
+        found = True
+        value = given if equals else (words[index + 1] if index + 1 < len(words) else None)
+    return found, value
+
+
+def _said(value: str | None) -> str:
+    return "SGLang's default" if value is None else repr(value)
+
+
+def pd_skew_errors(topology: dict[str, Any], server_flags: list[Any]) -> list[str]:
+    """The options prefill and decode would run with different values of, after the flags of both and each one's
+    extra_flags, naming both values."""
+    sides = {svc.get("mode"): (name, svc) for name, svc in topology.items() if isinstance(svc, dict)}
+    if not all(mode in sides for mode in SERVER_MODES):
+        return []
+    errors = []
+    for option in PD_EQUAL:
+        seen = {}
+        for mode in SERVER_MODES:
+            name, svc = sides[mode]
+            extra = svc.get("extra_flags") if isinstance(svc.get("extra_flags"), list) else []
+            found, value = _last_value([*server_flags, *extra], option)
+            seen[mode] = (name, value if found else None)
+        (p_name, p_value), (d_name, d_value) = seen["prefill"], seen["decode"]
+        if p_value != d_value:
+            errors.append(
+                f"{VAR}: prefill ({p_name}) would run with {option} {_said(p_value)} and decode ({d_name}) with"
+                f" {_said(d_value)}: the two must agree (the KV cache crosses between them); set it alike in both"
+                " extra_flags, or once in sglang_services_server_flags"
+            )
+    return errors
+
+
+def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake", server_flags: Any = None) -> list[str]:
+    """Everything wrong with a topology, as messages that name the variable and the value; with the server flags of
+    both sides, the options prefill and decode would run with different values of."""
     if not isinstance(topology, dict) or not topology:
         return [f"{VAR} must be a mapping of service name to settings, got {topology!r}"]
     errors: list[str] = []
@@ -87,6 +136,8 @@ def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake") ->
         numa = svc.get("numa_node")
         if numa is not None and (not _is_int(numa) or numa < 0):
             errors.append(f"{where}.numa_node={numa!r} must be a NUMA node number or null")
+    if not errors:
+        errors += pd_skew_errors(topology, server_flags if isinstance(server_flags, list) else [])
     return errors
 
 

@@ -237,3 +237,37 @@ def test_a_percent_in_a_credential_path_reaches_load_credential_doubled():
     assert "tls-key:/etc/tls/key%%n.pem" in router["load_credentials"]
     # The start record names the file itself.
     assert "/etc/tls/100%h.pem" in router["inputs"]
+
+
+def with_flags(prefill: list, decode: list) -> dict:
+    topology = copy.deepcopy(TOPOLOGY)
+    topology["prefill"]["extra_flags"], topology["decode"]["extra_flags"] = prefill, decode
+    return topology
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "server", "said"),
+    [
+        (["--page-size", "64"], [], [], "--page-size '64' and decode (decode) with SGLang's default"),
+        (["--page-size=64"], ["--page-size", "32"], [], "--page-size '64' and decode (decode) with '32'"),
+        # An abbreviation argparse accepts, and a side's own flag over the flags of both.
+        ([], ["--page-s", "16"], ["--page-size", "64"], "--page-size '64' and decode (decode) with '16'"),
+        (["--dtype", "float16"], [], [], "--dtype 'float16' and decode (decode) with SGLang's default"),
+        ([], ["--quantization", "fp8"], [], "--quantization SGLang's default and decode (decode) with 'fp8'"),
+        (["--revision", "abc"], ["--revision", "def"], [], "--revision 'abc' and decode (decode) with 'def'"),
+    ],
+)
+def test_prefill_and_decode_that_would_disagree_on_the_kv_cache_are_refused_naming_both(prefill, decode, server, said):
+    errors = f.sglang_topology_errors(with_flags(prefill, decode), "mooncake", server)
+    assert errors == [
+        f"sglang_services_topology: prefill (prefill) would run with {said}: the two must agree (the KV cache crosses"
+        " between them); set it alike in both extra_flags, or once in sglang_services_server_flags"
+    ]
+
+
+def test_prefill_and_decode_that_agree_pass_whatever_else_differs():
+    same = with_flags(
+        ["--page-size", "64", "--mem-fraction-static", "0.8"], ["--page-size=64", "--cuda-graph-max-bs", "8"]
+    )
+    assert f.sglang_topology_errors(same, "mooncake", ["--dtype", "bfloat16"]) == []
+    assert f.sglang_topology_errors(with_flags([], []), "mooncake", ["--page-size", "64"]) == []
