@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
+    defaults_errors,
     defaults_missing,
     startup_defaults,
 )
@@ -25,4 +26,5 @@ class FilterModule:
             "sglang_repetition": sglang_repetition,
             "sglang_startup_defaults": startup_defaults,
             "sglang_defaults_missing": defaults_missing,
+            "sglang_defaults_errors": defaults_errors,
         }

@@ -18,15 +18,9 @@ try:  # in a module (Ansiballz) and on the controller
 except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import load, read_status  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
-    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
-        SAMPLING_KEYS,
-        defaults_missing,
-        in_sync,
-        is_number,
-        startup_defaults,
-    )
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as defaults
 except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
-    from sglang_sampling_defaults import SAMPLING_KEYS, defaults_missing, in_sync, is_number, startup_defaults  # type: ignore[no-redef]
+    import sglang_sampling_defaults as defaults  # type: ignore[no-redef]
 
 
 def _unit_state(unit: str) -> dict[str, str]:
@@ -98,39 +92,40 @@ def metrics(
         sampling = None
     samples.append(("sglang_dsv4_managed_defaults_present", {}, 1.0 if isinstance(sampling, dict) else 0.0))
     sampling = sampling if isinstance(sampling, dict) else {}
-    expected = {k: sampling[k] for k in SAMPLING_KEYS if is_number(sampling.get(k))}
+    expected = {k: sampling[k] for k in defaults.SAMPLING_KEYS if defaults.is_number(sampling.get(k))}
     for key, value in expected.items():
         samples.append(("sglang_dsv4_managed_sampling_default", {"key": key}, float(value)))
     try:
         config, _unused = load(target_path)
     except ValueError:
         config = None
-    for key in SAMPLING_KEYS:
-        if config is not None and is_number(config.get(key)):
+    for key in defaults.SAMPLING_KEYS:
+        if config is not None and defaults.is_number(config.get(key)):
             samples.append(("sglang_dsv4_generation_config_sampling_value", {"key": key}, float(config[key])))
-    synced = bool(expected) and in_sync(config, sampling)
+    synced = bool(expected) and defaults.in_sync(config, sampling)
     samples.append(("sglang_dsv4_generation_config_in_sync", {"path": target_path}, 1.0 if synced else 0.0))
     for unit, role in units.items():
         state = _unit_state(unit)
         labels = {"unit": unit, "role": role}
         active = state.get("ActiveState") == "active"
         samples.append(("sglang_dsv4_server_up", labels, 1.0 if active else 0.0))
-        logged = startup_defaults(_journal(state.get("InvocationID", ""))) if active else None
-        effective = active and bool(expected) and logged is not None and not defaults_missing(expected, logged)
+        logged = defaults.startup_defaults(_journal(state.get("InvocationID", ""))) if active else None
+        on_disk = defaults.sampling_of(config) if config is not None else None
+        effective = active and bool(expected) and not defaults.defaults_errors(expected, logged, on_disk)
         if role != "router":
             samples.append(("sglang_dsv4_server_defaults_in_effect", labels, 1.0 if effective else 0.0))
         started = state.get("ExecMainStartTimestamp", "").lstrip("@")
         if active and started.replace(".", "", 1).isdigit():
             samples.append(("sglang_dsv4_server_start_time_seconds", labels, float(started)))
     rollout = read_status(status_dir, "rollout.json")
-    if rollout and is_number(rollout.get("time")):
+    if rollout and defaults.is_number(rollout.get("time")):
         samples.append(("sglang_dsv4_last_rollout_timestamp_seconds", {}, float(rollout["time"])))
         samples.append(("sglang_dsv4_last_rollout_success", {}, 1.0 if rollout.get("success") else 0.0))
         # Results written before the outcome was recorded were always rolled back when they failed.
         rolled_back = rollout.get("rolled_back", not rollout.get("success"))
         samples.append(("sglang_dsv4_last_rollout_rolled_back", {}, 1.0 if rolled_back else 0.0))
     healed = read_status(status_dir, "heal.json")
-    if healed and is_number(healed.get("time")):
+    if healed and defaults.is_number(healed.get("time")):
         samples.append(("sglang_dsv4_last_heal_timestamp_seconds", {}, float(healed["time"])))
         samples.append(("sglang_dsv4_last_heal_rewrote", {}, 1.0 if healed.get("rewrote") else 0.0))
     lines: list[str] = []

@@ -119,6 +119,38 @@ def defaults_missing(expected: dict[str, Any], logged: dict[str, Any] | None) ->
     return {k: v for k, v in expected.items() if v is not None and (k not in logged or logged[k] != v)}
 
 
+def defaults_errors(
+    expected: dict[str, Any], logged: dict[str, Any] | None, on_disk: dict[str, Any] | None = None
+) -> list[str]:
+    """What is wrong with the defaults a server logged at its start, against exactly what the collection intends:
+    each expected (non-null) default with its value, and no other key than generation_config.json holds
+    (`on_disk`: its sampling keys; None when unknown, the expected set alone). A key the file does not set came
+    from transformers' GenerationConfig, which fills class defaults in some releases (sglang issue 11574)."""
+    if logged is None:
+        return ["no 'Using default chat sampling params' line at its current start"]
+    errors = [
+        f"{key}: expected {value!r}, logged {logged[key]!r}"
+        if key in logged
+        else f"{key}: expected {value!r}, not logged"
+        for key, value in expected.items()
+        if value is not None and logged.get(key, _ABSENT) != value
+    ]
+    exact = dict(on_disk) if on_disk is not None else {k: v for k, v in expected.items() if v is not None}
+    for key, value in logged.items():
+        if key in exact:
+            if exact[key] != value and expected.get(key) is None:
+                errors.append(f"{key}={value!r}: generation_config.json says {exact[key]!r}")
+        else:
+            errors.append(
+                f"{key}={value!r} is in the server's defaults, but generation_config.json sets no {key}: SGLang took"
+                " it from transformers' GenerationConfig (a class default its to_dict() fills in), not from the file"
+            )
+    return errors
+
+
+_ABSENT = object()
+
+
 def sampling_of(config: dict[str, Any] | None) -> dict[str, Any]:
     """The sampling keys a generation_config.json holds (those SGLang reads), without the unset ones."""
     return {k: config[k] for k in SAMPLING_KEYS if config and config.get(k) is not None}

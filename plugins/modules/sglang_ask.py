@@ -58,6 +58,10 @@ options:
     description: The units' start timeout (TimeoutStartSec), in seconds, that bounds the wait for O(ready).
     type: int
     default: 600
+  generation_config:
+    description: The model's generation_config.json; with O(servers), its sampling keys are returned as
+      C(file_sampling), what each server's logged defaults must equal exactly (no other key).
+    type: path
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -87,6 +91,10 @@ logged:
   description: Per server, the defaults its current invocation logged at start, or null when it logged none.
   returned: always
   type: dict
+file_sampling:
+  description: The sampling keys O(generation_config) holds (null when not asked, or the file cannot be read).
+  returned: always
+  type: dict
 answers:
   description: Per question, in order, C(status) (0 when nothing answered), C(msg), C(content) and C(finish_reason).
   returned: always
@@ -98,7 +106,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_probe, sglang_ready
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
 
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
 MAX_PARALLEL = 16
@@ -156,6 +166,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 120},
             "ready": {"type": "list", "elements": "dict", "default": []},
             "ready_timeout": {"type": "int", "default": 600},
+            "generation_config": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -165,10 +176,19 @@ def main() -> None:
         module.fail_json(msg=ready["failure"], ready=ready)
     modes = {s["name"]: server_mode(module, s) for s in p["servers"]}
     logged = {s["name"]: logged_defaults(module, s["name"]) for s in p["servers"]}
+    file_sampling = None
+    if p["servers"] and p["generation_config"]:
+        try:
+            config, _text = load(p["generation_config"])
+            file_sampling = sampling_of(config) if config is not None else None
+        except (ValueError, OSError):
+            file_sampling = None
     url = p["router_url"].rstrip("/") + "/v1/chat/completions"
     bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]]
     answers = ask_all(url, p["api_key"], p["timeout"], bodies)
-    module.exit_json(changed=False, ready=ready, modes=modes, logged=logged, answers=answers)
+    module.exit_json(
+        changed=False, ready=ready, modes=modes, logged=logged, file_sampling=file_sampling, answers=answers
+    )
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import dec
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import input_digest, inputs_digest
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import read_releases, releases_found
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
-    defaults_missing,
+    defaults_errors,
     merge,
     render,
     sampling_of,
@@ -221,7 +221,9 @@ def generation_config_change(
     return after != before, hashlib.sha256(after.encode()).hexdigest()
 
 
-def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected: dict, api_key: str) -> dict:
+def light_proof(
+    module: AnsibleModule, units: list[dict], state: dict, expected: dict, api_key: str, on_disk: dict | None = None
+) -> dict:
     """Each group's failures of the light proof: every unit answers its health URL; each server says it runs with
     the model's sampling defaults and its current start logged the expected ones (module_utils/sglang_probe.py)."""
     failures: dict[str, list[str]] = {"servers": [], "router": []}
@@ -238,9 +240,11 @@ def light_proof(module: AnsibleModule, units: list[dict], state: dict, expected:
             failures[group].append(f"{name}: /server_info says sampling_defaults={mode}" + (f" ({why})" if why else ""))
             continue
         logged = sglang_probe.logged_defaults(module.run_command, state[name].get("invocation"))
-        missing = defaults_missing(expected, logged)
-        if logged is None or missing:
-            failures[group].append(f"{name}: its current start logged {logged}, expected {expected}")
+        wrong = defaults_errors(expected, logged, on_disk)
+        if wrong:
+            failures[group].append(
+                f"{name}: its current start logged {logged}, expected {expected}: {'; '.join(wrong)}"
+            )
     return failures
 
 
@@ -358,7 +362,7 @@ def main() -> None:
         if params["apply_roles"] is not None and "genconfig" not in params["apply_roles"]:
             # This run leaves generation_config.json alone: the servers must have started from what it holds.
             expected = {key: on_disk_sampling.get(key) for key in expected}
-        failures = light_proof(module, params["units"], state, expected, params["api_key"])
+        failures = light_proof(module, params["units"], state, expected, params["api_key"], on_disk_sampling)
         proof = {"ran": True, "failures": failures}
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
 

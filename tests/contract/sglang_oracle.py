@@ -8,7 +8,8 @@ Request keys (all optional):
   server_argvs: [[flag, ...], ...]   parsed with sglang.srt.server_args.prepare_server_args
   router_argvs: [[flag, ...], ...]   parsed with sglang_router.launch_router.parse_router_args
   router_package: "smg"              parse router_argvs with smg.launch_router instead (run in the smg venv)
-  chat: [{generation_config: dict | null, sampling_defaults: str, request: dict}, ...]
+  chat: [{generation_config: dict | null, sampling_defaults: str, request: dict, class_defaults: dict}, ...]
+        (class_defaults: what a transformers release that fills its class defaults adds to to_dict())
   completion: [request dict, ...]
 """
 
@@ -131,6 +132,14 @@ def _load_generation_config(model_dir: str) -> Any:
         return None
 
 
+def _with_class_defaults(config: Any, class_defaults: dict[str, Any]) -> Any:
+    """The loaded GenerationConfig as a release that fills its class defaults into to_dict() hands it over: the
+    file's values, and the class's where the file has none (sglang issue 11574)."""
+    loaded = config.to_dict()
+    filled = {**class_defaults, **{k: v for k, v in loaded.items() if v is not None}}
+    return SimpleNamespace(to_dict=lambda: filled, **{k: getattr(config, k, None) for k in ("eos_token_id",)})
+
+
 def chat(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 
@@ -142,9 +151,10 @@ def chat(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as model_dir:
             if case["generation_config"] is not None:
                 Path(model_dir, "generation_config.json").write_text(json.dumps(case["generation_config"]))
-            model_config = SimpleNamespace(
-                sampling_defaults=case["sampling_defaults"], hf_generation_config=_load_generation_config(model_dir)
-            )
+            loaded = _load_generation_config(model_dir)
+            if loaded is not None and case.get("class_defaults"):
+                loaded = _with_class_defaults(loaded, case["class_defaults"])
+            model_config = SimpleNamespace(sampling_defaults=case["sampling_defaults"], hf_generation_config=loaded)
         defaults = get_default_sampling_params(model_config)
         request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], **case["request"])
         params = request.to_sampling_params(stop=[], model_generation_config=defaults)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as sampling
 
 from .conftest import ROOT, exec_start_argv, flags_after_launcher
 
@@ -280,3 +281,61 @@ def test_completions_never_use_the_model_defaults(ask_sglang: Any) -> None:
         else:
             assert standin.resolve_completion_sampling(body) == answer
     assert sum("error" in answer for answer in real) == 1  # only the explicit null is refused
+
+
+# The exact-defaults proof held to the real code: planted generation_config.json files, merged with the managed
+# defaults as the genconfig role merges them, then read by the real ModelConfig.get_default_sampling_params of
+# sglang 0.5.23 with the lock's transformers. The servers' defaults are exactly the merged file's sampling keys, and
+# the collection's proof (module_utils/sglang_sampling_defaults.py, defaults_errors) finds nothing wrong with them;
+# with a transformers that fills its class defaults in (sglang issue 11574), the proof names every leaked key.
+PLANTED: dict[str, dict[str, Any]] = {
+    "without top_k": {"temperature": 1.0, "top_p": 1.0, "do_sample": True, "eos_token_id": 1},
+    "with top_k": {"temperature": 1.0, "top_p": 1.0, "top_k": 20, "do_sample": True},
+    "do_sample false": {"temperature": 0.0, "top_p": 1.0, "do_sample": False},
+    "null values": {"temperature": None, "top_p": None, "top_k": None, "min_p": 0.05, "repetition_penalty": None},
+    "deepseek upstream": json.loads((ROOT / "roles/lab_hosts/files/model/generation_config.json").read_text()),
+}
+MANAGED_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": None, "min_p": None, "repetition_penalty": None}
+
+
+@pytest.fixture(scope="module")
+def exact_defaults(ask_sglang: Any) -> dict[str, Any]:
+    merged = {name: sampling.merge(config, MANAGED_SAMPLING) for name, config in PLANTED.items()}
+    cases = [{"generation_config": config, "request": {}, "sampling_defaults": "model"} for config in merged.values()]
+    leaks = [{**case, "class_defaults": standin.TRANSFORMERS_CLASS_DEFAULTS} for case in cases]
+    real = ask_sglang({"chat": cases + leaks})["chat"]
+    return {"merged": merged, "real": real[: len(cases)], "leaked": real[len(cases) :]}
+
+
+def _planted(exact_defaults: dict[str, Any], name: str, kind: str, model_dir: Path) -> tuple[dict, dict]:
+    """The merged planted file (written into model_dir, for the stand-in) and the real code's answer for it."""
+    merged = exact_defaults["merged"][name]
+    (model_dir / "generation_config.json").write_text(sampling.render(merged))
+    return merged, exact_defaults[kind][list(PLANTED).index(name)]
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_a_merged_file_gives_the_servers_exactly_its_sampling_keys_and_the_proof_passes(
+    exact_defaults: dict[str, Any], name: str, tmp_path: Path
+) -> None:
+    merged, real = _planted(exact_defaults, name, "real", tmp_path)
+    assert real["defaults"] == sampling.sampling_of(merged)
+    logged = sampling.startup_defaults(real["log_line"])
+    assert sampling.defaults_errors(MANAGED_SAMPLING, logged, sampling.sampling_of(merged)) == []
+    # The stand-in logs what the real code would for the same file.
+    assert standin.model_default_sampling_params(str(tmp_path), "model") == real["defaults"]
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_class_defaults_that_leak_into_the_servers_defaults_are_named_by_the_proof(
+    exact_defaults: dict[str, Any], name: str, tmp_path: Path
+) -> None:
+    merged, leaked = _planted(exact_defaults, name, "leaked", tmp_path)
+    on_disk = sampling.sampling_of(merged)
+    extra = sorted(set(leaked["defaults"]) - set(on_disk))
+    assert extra, leaked  # the real method keeps every non-None value to_dict() hands it
+    errors = sampling.defaults_errors(MANAGED_SAMPLING, sampling.startup_defaults(leaked["log_line"]), on_disk)
+    assert [error.split("=", 1)[0] for error in errors] == [k for k in leaked["defaults"] if k in extra]
+    assert all("SGLang took it from transformers' GenerationConfig" in error for error in errors)
+    # The lab stand-in's fault imitates exactly this.
+    assert standin.model_default_sampling_params(str(tmp_path), "model", class_defaults=True) == leaked["defaults"]

@@ -246,3 +246,22 @@ def test_a_server_that_never_gets_ready_fails_the_run_within_one_start_timeout(h
     assert len([w for w in waited if w >= 20]) == 1, waited
     assert "was rolled back to its state before this run" in text(out)
     assert not host.file(LOCK).exists
+
+
+def test_a_server_whose_defaults_hold_a_key_the_file_does_not_set_fails_the_proof_and_rolls_back(host):
+    """Exactly the intended defaults: servers whose defaults take transformers' class defaults for the keys the file
+    leaves out (the lab's imitation of sglang issue 11574) still log temperature 0.6 and top_p 0.95, and the
+    verification fails naming each leaked key, its value and where SGLang took it from; the host is rolled back and
+    its servers run again with exactly the file's defaults."""
+    out = deploy("-e", json.dumps({"sglang_lab_transformers_class_defaults": True}))
+    said = " ".join(text(out).split())
+    assert out.returncode != 0
+    assert (
+        "top_k=50 is in the server's defaults, but generation_config.json sets no top_k: SGLang took it from"
+        " transformers' GenerationConfig (a class default its to_dict() fills in), not from the file" in said
+    ), said[-4000:]
+    assert "repetition_penalty=1.0 is in the server's defaults" in said
+    assert "was rolled back to its state before this run" in said
+    for unit in SERVERS:
+        line = logged(host, unit)
+        assert "'temperature': 0.6" in line and "'top_p': 0.95" in line and "top_k" not in line, line

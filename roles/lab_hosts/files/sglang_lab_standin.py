@@ -16,7 +16,8 @@ Under load and at stop it behaves as SGLang 0.5.23 does (the lines it imitates a
 answers take SGLANG_LAB_TOKEN_SECONDS per generated token on a decode (or plain) server, streamed as
 server-sent events when asked, the first after SGLANG_LAB_FIRST_TOKEN_SECONDS more (a lab fault: the slow first
 token a bad change makes, that only a canary's comparison of live latency finds); the model load at start takes
-SGLANG_LAB_STARTUP_SECONDS; with
+SGLANG_LAB_STARTUP_SECONDS; with SGLANG_LAB_TRANSFORMERS_CLASS_DEFAULTS=1 its defaults take transformers' class
+defaults for the keys generation_config.json leaves out (a lab fault: the leak of sglang issue 11574); with
 --max-running-requests N the N+1st request waits in the queue; on SIGTERM it drains as SGLang does.
 
 Standard library only, so it runs on a bare Debian host.
@@ -75,8 +76,17 @@ log = logging.getLogger("sglang")
 # --- sampling: the part held to SGLang by the contract tests -----------------------------------
 
 
-def model_default_sampling_params(model_path: str, sampling_defaults: str) -> dict[str, Any]:
-    """What SGLang's ModelConfig.get_default_sampling_params() returns for this model directory."""
+# Lab fault (SGLANG_LAB_TRANSFORMERS_CLASS_DEFAULTS=1): a transformers release whose GenerationConfig.to_dict()
+# fills in its class defaults for the keys a file leaves out (the 4.x classes' values; sglang issue 11574 saw
+# top_k 50 logged). SGLang keeps every non-None value it reads, so a server samples with what nobody set.
+TRANSFORMERS_CLASS_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "repetition_penalty": 1.0}
+
+
+def model_default_sampling_params(
+    model_path: str, sampling_defaults: str, class_defaults: bool = False
+) -> dict[str, Any]:
+    """What SGLang's ModelConfig.get_default_sampling_params() returns for this model directory (with the locked
+    transformers; with class_defaults, with a release that fills its class defaults in)."""
     if sampling_defaults != "model":
         return {}
     path = Path(model_path) / "generation_config.json"
@@ -84,6 +94,8 @@ def model_default_sampling_params(model_path: str, sampling_defaults: str) -> di
         config = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+    if class_defaults:
+        config = {**TRANSFORMERS_CLASS_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
     return {key: config[key] for key in MODEL_SAMPLING_KEYS if config.get(key) is not None}
 
 
@@ -533,7 +545,8 @@ class ServerApp(App):
         self.slots = threading.BoundedSemaphore(limit) if limit else None
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
         self.metrics = Metrics(self.served_model_name, engine_type)
-        self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults)
+        class_defaults = os.environ.get("SGLANG_LAB_TRANSFORMERS_CLASS_DEFAULTS", "0") == "1"
+        self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults, class_defaults)
         if self.model_defaults:
             log.info("%s", startup_line(self.model_defaults))
 
