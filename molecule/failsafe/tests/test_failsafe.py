@@ -70,10 +70,12 @@ def test_a_failed_rollback_says_so_loudly_and_the_next_run_converges(host, cases
     assert out.returncode != 0
     assert f"ROLLBACK FAILED on {HOST}: the host is NOT back to its state before this run" in text(out)
     assert "was rolled back to its state" not in text(out)
-    # Its router was asked (the restart that failed never drained it): in rotation, said from its answer.
-    assert re.search(
-        r"The host is in rotation: its router \(http://[^)]+\) answers /readiness 200", flat_text(text(out))
-    )
+    # Its router was asked: the rollback's restart failed after its drain, so the host is out of rotation, said so
+    # from the router's and the drain's answers, and so it is on the host.
+    said = flat_text(text(out))
+    kept = rf"The host is OUT OF ROTATION: drained[^:]*: its router.s workers are kept in {re.escape(DRAIN)}"
+    assert re.search(kept, said), said[-3000:]
+    assert "The host is in rotation" not in said and not in_rotation(host, ROUTER)
     rollout = json.loads(host.file("/var/lib/sglang-dsv4/rollout.json").content_string)
     assert rollout["outcome"] == "rollback failed" and not rollout["rolled_back"]
     assert not host_state(host)["lock"]
