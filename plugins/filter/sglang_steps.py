@@ -42,10 +42,10 @@ def sglang_rollout_next_step(
 
 
 def sglang_out_of_rotation(
-    inventory: list[str], own: dict[str, Any], alive: list[str], others: list[dict[str, Any]]
+    inventory: list[str], answers: dict[str, Any], run: list[str], alive: list[str]
 ) -> dict[str, str]:
     """The inventory's hosts out of rotation now, each with why (no answer counts as out)."""
-    return sglang_steps.out_of_rotation(inventory, own, alive, others)
+    return sglang_steps.out_of_rotation(inventory, answers, run, alive)
 
 
 def sglang_rollout_step_report(

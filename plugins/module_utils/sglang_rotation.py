@@ -32,6 +32,9 @@ except ImportError:  # on a host, installed beside it (the helper set, plugin_ut
 # The transient timer (and its service) a drain arms; seconds between two looks of the guard.
 GUARD_UNIT = "sglang-dsv4-undrain-guard"
 GUARD_EVERY = 30
+# The capacity guard's word for a drained host whose services all answer their health checks (in_rotation): an
+# earlier run's drain that did not end. A rollout brings it back first, since changing it costs no capacity.
+DRAINED_SERVING = "drained, its services serving"
 # How long the guard waits for the router's /readiness after putting the workers back.
 READY_WAIT = 60
 
@@ -124,7 +127,7 @@ def lease_live(lock: str, now: float) -> bool:
         return True
 
 
-def status(url: str, key: str = "", body: dict | None = None) -> int:
+def status(url: str, key: str = "", body: dict | None = None, timeout: float = 5) -> int:
     """The HTTP status of one call to a service on this host (0 when nothing answered)."""
     headers = {"Content-Type": "application/json"}
     if key:
@@ -135,10 +138,10 @@ def status(url: str, key: str = "", body: dict | None = None) -> int:
         # The router's own certificate, on an address of this host: checked for answering, not for who it is.
         context = ssl._create_unverified_context()  # noqa: S323
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=5, context=context
+            parts.hostname, parts.port, timeout=timeout, context=context
         )
     else:
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         connection.request("POST" if data else "GET", parts.path or "/", body=data, headers=headers)
         answer = connection.getresponse()
@@ -196,3 +199,45 @@ def undrain_guard(state_path: str, now: float | None = None) -> str:
     os.unlink(state_path)
     disarm()
     return f"no rollout holds the host and its services serve: {len(entry['workers'])} worker(s) back in rotation"
+
+
+def recorded_url(path: str) -> tuple[str, str]:
+    """(the router URL the host's last rollout recorded, why not)."""
+    try:
+        raw = read_regular(path, limit=1 << 16)
+        url = (json.loads(raw) or {}).get("router_url") if raw else None
+    except (OSError, ValueError, AttributeError) as error:
+        return "", f"its rollout record {path} cannot be read ({error})"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return "", f"its rollout record {path} does not say where its router listens (no apply recorded it yet)"
+    return url, ""
+
+
+def drained_serving(path: str, timeout: float) -> bool:
+    """Whether every service the pending drain recorded (its state file's guard settings) answers its health check
+    now; False when the file names none or cannot be read."""
+    try:
+        entry = json.loads(read_regular(path, limit=1 << 20) or b"{}")
+        units = ((entry or {}).get("guard") or {}).get("units") or []
+        urls = [unit["health_url"] for unit in units]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return False
+    return bool(urls) and all(status(url, timeout=timeout) == 200 for url in urls)
+
+
+def in_rotation(router_url: str, status_file: str, drain_state: str, timeout: float = 5) -> dict[str, Any]:
+    """The capacity guard's one question to a host, asked on the host: is it in rotation now (its router's
+    /readiness answers 200 and no drain is pending)? Where the router listens is `router_url`, or else what the
+    host's last rollout recorded (`status_file`). {"available", "why", "drained_serving", "router_url"}; the unknown
+    is never available."""
+    url, why = (router_url, "") if router_url else recorded_url(status_file)
+    serving = False
+    if url and os.path.lexists(drain_state):
+        serving = drained_serving(drain_state, timeout)
+        kept = f"its router's workers are kept in {drain_state}"
+        why = f"{DRAINED_SERVING}: {kept}" if serving else f"drained: {kept}"
+    elif url:
+        code = status(url.rstrip("/") + "/readiness", timeout=timeout)
+        if code != 200:
+            why = f"its router's /readiness answered {code or 'nothing (no connection)'}"
+    return {"available": not why, "why": why, "drained_serving": serving, "router_url": url}

@@ -15,12 +15,13 @@ import math
 import re
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import DRAINED_SERVING
+
 PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
 # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
 COUNT = re.compile(r"^[0-9]+$")
-# The why of a host the guard counts out of rotation because an earlier run's drain left its workers out while its
-# services run (module sglang_in_rotation's drained_serving): the run brings it back first, at no cost of capacity.
-DRAINED_SERVING = "drained, its services serving"
+# DRAINED_SERVING (sglang_rotation.in_rotation) is the why of a host the guard counts out of rotation because an
+# earlier run's drain left its workers out while its services run: the run brings it back first, at no capacity cost.
 
 
 def _spec_errors(variable: str, spec: Any) -> list[str]:
@@ -319,25 +320,20 @@ def next_step(
 
 
 def out_of_rotation(
-    inventory: list[str], own: dict[str, Any], alive: list[str], others: list[dict[str, Any]]
+    inventory: list[str], answers: dict[str, Any], run: list[str], alive: list[str]
 ) -> dict[str, str]:
-    """The inventory's hosts out of rotation, each with why, from the answers of module sglang_in_rotation: `own`,
-    each host of the run's (by host); `alive`, the run's hosts that have not failed; `others`, the results of the
-    delegated loop over the inventory's other hosts. A host without an answer is out: the unknown never counts as
-    serving."""
+    """The inventory's hosts out of rotation, each with why, from one count of the action sglang_fleet_rotation:
+    `answers`, host -> its answer; `run`, the run's hosts; `alive`, the run's hosts that have not failed (a failed
+    one is not asked). A host without an answer is out: the unknown never counts as serving."""
     out: dict[str, str] = {}
-    answers = {result.get("item"): result for result in others if isinstance(result, dict)}
-    answers.update(own)
     for host in inventory:
-        result = answers.get(host)
-        if host in own and host not in alive:
+        result = (answers or {}).get(host)
+        if host in run and host not in alive:
             out[host] = "failed in this run"
-        elif not isinstance(result, dict) or not result or result.get("skipped"):
+        elif not isinstance(result, dict) or not result:
             out[host] = "not asked"
-        elif result.get("unreachable"):
-            out[host] = f"cannot be reached: {result.get('msg', '?')}"
         elif result.get("available") is not True:
-            out[host] = str(result.get("why") or result.get("msg") or "did not say")
+            out[host] = str(result.get("why") or "did not say")
     return out
 
 

@@ -65,37 +65,8 @@ router_url:
   type: str
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_steps import DRAINED_SERVING
-
-
-def recorded_url(path: str) -> tuple[str, str]:
-    """(the router URL the host's last rollout recorded, why not)."""
-    try:
-        raw = read_regular(path, limit=1 << 16)
-        url = (json.loads(raw) or {}).get("router_url") if raw else None
-    except (OSError, ValueError, AttributeError) as error:
-        return "", f"its rollout record {path} cannot be read ({error})"
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        return "", f"its rollout record {path} does not say where its router listens (no apply recorded it yet)"
-    return url, ""
-
-
-def drained_serving(path: str, timeout: int) -> bool:
-    """Whether every service the pending drain recorded (its state file's guard settings) answers its health check
-    now; False when the file names none or cannot be read."""
-    try:
-        entry = json.loads(read_regular(path, limit=1 << 20) or b"{}")
-        units = ((entry or {}).get("guard") or {}).get("units") or []
-        urls = [unit["health_url"] for unit in units]
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return False
-    return bool(urls) and all(call(url, timeout=timeout)[0] == 200 for url in urls)
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import in_rotation
 
 
 def main() -> None:
@@ -109,17 +80,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    url, why = (p["router_url"], "") if p["router_url"] else recorded_url(p["status_file"])
-    serving = False
-    if url and os.path.lexists(p["drain_state"]):
-        serving = drained_serving(p["drain_state"], p["timeout"])
-        kept = f"its router's workers are kept in {p['drain_state']}"
-        why = f"{DRAINED_SERVING}: {kept}" if serving else f"drained: {kept}"
-    elif url:
-        status, message, _body = call(url.rstrip("/") + "/readiness", timeout=p["timeout"])
-        if status != 200:
-            why = f"its router's /readiness answered {status or message}"
-    module.exit_json(changed=False, available=not why, why=why, drained_serving=serving, router_url=url)
+    module.exit_json(changed=False, **in_rotation(p["router_url"], p["status_file"], p["drain_state"], p["timeout"]))
 
 
 if __name__ == "__main__":

@@ -150,19 +150,22 @@ def test_the_next_step_is_counted_again_from_live_health():
 
 
 def test_the_unknown_is_never_counted_as_in_rotation():
-    own = {"h1": {"available": True, "why": ""}, "h2": {"available": False, "why": "drained"}, "h3": {}}
-    others = [
-        {"item": "h4", "available": True},
-        {"item": "h5", "unreachable": True, "msg": "ssh: connection refused"},
-        {"item": "h6", "failed": True, "msg": "MODULE FAILURE"},
-    ]
-    out = steps.out_of_rotation(["h1", "h2", "h3", "h4", "h5", "h6", "h7"], own, ["h1", "h2"], others)
+    answers = {
+        "h1": {"available": True, "why": ""},
+        "h2": {"available": False, "why": "drained"},
+        "h4": {"available": True},
+        "h5": {"available": False, "why": "cannot be reached: ssh: connection refused"},
+        "h6": {"available": False},
+        "h8": {"available": "yes"},
+    }
+    out = steps.out_of_rotation(["h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"], answers, ["h1", "h2", "h3"], ["h1", "h2"])
     assert out == {
         "h2": "drained",
         "h3": "failed in this run",
         "h5": "cannot be reached: ssh: connection refused",
-        "h6": "MODULE FAILURE",
+        "h6": "did not say",
         "h7": "not asked",
+        "h8": "did not say",
     }
 
 
