@@ -34,12 +34,14 @@ FAULTS = {
     "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
     "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
 }
+OPEN = "Take the lock, snapshot what this run may change and read the host again, in one call"
 RESTART = "Restart what does not run from its inputs (prefill and decode together, the router on its own)"
 
 # Each step of the apply, as the task that starts right after it (or is it, for the restart and the verification).
 STEPS = [
-    ("after the lock", "Snapshot the files this rollout may change", 0),
-    ("after the snapshot", "Read the host's state and compute its plan#2", 0),  # the read under the lock
+    # Points inside the apply's first call (module sglang_rollout_open: lock, snapshot, read under the lock).
+    ("after the lock", f"{OPEN}>after_lock", 0),
+    ("after the snapshot", f"{OPEN}>after_snapshot", 0),
     ("after the generation_config.json write", "Install the managed defaults and the helper set", 0),
     ("after the env files' write", "Stage the units and the target", 0),
     (

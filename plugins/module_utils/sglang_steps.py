@@ -319,9 +319,7 @@ def next_step(
     return step
 
 
-def out_of_rotation(
-    inventory: list[str], answers: dict[str, Any], run: list[str], alive: list[str]
-) -> dict[str, str]:
+def out_of_rotation(inventory: list[str], answers: dict[str, Any], run: list[str], alive: list[str]) -> dict[str, str]:
     """The inventory's hosts out of rotation, each with why, from one count of the action sglang_fleet_rotation:
     `answers`, host -> its answer; `run`, the run's hosts; `alive`, the run's hosts that have not failed (a failed
     one is not asked). A host without an answer is out: the unknown never counts as serving."""
@@ -338,7 +336,7 @@ def out_of_rotation(
 
 
 # A host's outcome at the end of its step (the fact sglang_rollout_outcome: "changed" from playbooks/tasks/step.yml,
-# the others from sglang_rollout's rollback.yml and lock.yml); a step's host without one was lost.
+# the others from sglang_rollout's rollback.yml); a step's host without one was lost.
 VERDICTS = ("changed", "rolled back", "rollback failed", "lock lost", "not locked")
 
 

@@ -96,8 +96,14 @@ def count(tmp_path: Path, inventory: dict, hosts: list[str], router_urls: dict, 
     callback."""
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")
     (tmp_path / "inventory.json").write_text(json.dumps({"all": {"hosts": inventory}}))
-    args = {"hosts": hosts, "router_urls": router_urls, "status_file": str(tmp_path / "none.json"),
-            "drain_state": str(tmp_path / "drain.json"), "wait": wait, "timeout": 2}
+    args = {
+        "hosts": hosts,
+        "router_urls": router_urls,
+        "status_file": str(tmp_path / "none.json"),
+        "drain_state": str(tmp_path / "drain.json"),
+        "wait": wait,
+        "timeout": 2,
+    }
     env = {
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
@@ -105,9 +111,24 @@ def count(tmp_path: Path, inventory: dict, hosts: list[str], router_urls: dict, 
         "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
     }
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), hosts[0], "-i", str(tmp_path / "inventory.json"),
-         "-m", "dsv4.sglang.sglang_fleet_rotation", "-a", json.dumps(args), "-t", str(tmp_path / "tree")],
-        capture_output=True, text=True, env=env, timeout=120, check=False, cwd=tmp_path,
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            hosts[0],
+            "-i",
+            str(tmp_path / "inventory.json"),
+            "-m",
+            "dsv4.sglang.sglang_fleet_rotation",
+            "-a",
+            json.dumps(args),
+            "-t",
+            str(tmp_path / "tree"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads((tmp_path / "tree" / hosts[0]).read_text())
@@ -125,11 +146,15 @@ def test_one_count_asks_every_host_at_once_and_names_those_that_cannot_be_asked(
         "h1": local,
         "h2": local,
         "h3": {"ansible_host": "127.0.0.1", "ansible_port": closed_port(), "ansible_user": "root"},
-        "h4": {"ansible_host": "127.0.0.1", "ansible_port": hang.getsockname()[1], "ansible_user": "root",
-               "ansible_ssh_timeout": 60},
+        "h4": {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": hang.getsockname()[1],
+            "ansible_user": "root",
+            "ansible_ssh_timeout": 60,
+        },
         **{f"s{number}": local for number in range(6)},
     }
-    hosts = list(inventory) + ["h5"]
+    hosts = [*inventory, "h5"]
     urls = {host: router for host in inventory} | {"h2": f"http://127.0.0.1:{closed_port()}"}
     try:
         result = count(tmp_path, inventory, hosts, urls, wait=10)

@@ -1,6 +1,7 @@
-"""The host read of the plan (modules/sglang_host_state.py) and the concerns it reads through: bounded commands
-(module_utils/sglang_commands.py), refused writers and the GPU count (sglang_host_checks.py), runtime changes
-(sglang_started.py), releases (sglang_release.py) and the probe of what a server runs with (sglang_probe.py)."""
+"""The host read of the plan (module_utils/sglang_host_read.py, which modules sglang_host_state and
+sglang_rollout_open run) and the concerns it reads through: bounded commands (module_utils/sglang_commands.py),
+refused writers and the GPU count (sglang_host_checks.py), runtime changes (sglang_started.py), releases
+(sglang_release.py) and the probe of what a server runs with (sglang_probe.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import (
     sglang_release,
     sglang_started,
 )
-from ansible_collections.dsv4.sglang.plugins.modules import sglang_host_state as state
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_host_read as state
 
 
 class Module:
@@ -97,10 +98,10 @@ def test_a_key_file_is_compared_by_its_hmac_and_its_inputs_digest_stays_the_file
     module.params = {"digest_key": "run-key"}
     module._diff = False
     same = {"path": str(key_file), "sha256": keyed_digest(key_file.read_bytes(), "run-key"), "mode": None}
-    changes, desired = state.file_changes(module, [same], [])
+    changes, desired = state.file_changes(module, [same], [], "run-key")
     assert changes == [] and desired[str(key_file)] == hashlib.sha256(key_file.read_bytes()).hexdigest()
     rotated = {**same, "sha256": keyed_digest(b"dsv4-admin:operators:admin:a-new-key-000000", "run-key")}
-    changes, desired = state.file_changes(module, [rotated], [])
+    changes, desired = state.file_changes(module, [rotated], [], "run-key")
     assert changes == [str(key_file)] and desired[str(key_file)] == rotated["sha256"]
 
 

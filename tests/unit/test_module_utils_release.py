@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_host_read as state
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_release as rel
-from ansible_collections.dsv4.sglang.plugins.modules import sglang_host_state as state
 
 ROOT = Path(__file__).resolve().parents[2]
 HASH = "--hash=sha256:" + "a" * 64

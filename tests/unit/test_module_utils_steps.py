@@ -158,7 +158,9 @@ def test_the_unknown_is_never_counted_as_in_rotation():
         "h6": {"available": False},
         "h8": {"available": "yes"},
     }
-    out = steps.out_of_rotation(["h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"], answers, ["h1", "h2", "h3"], ["h1", "h2"])
+    out = steps.out_of_rotation(
+        ["h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"], answers, ["h1", "h2", "h3"], ["h1", "h2"]
+    )
     assert out == {
         "h2": "drained",
         "h3": "failed in this run",

@@ -7,13 +7,17 @@ ACTION is
     fail    the task fails on every host (its module is replaced by ansible.builtin.fail before it is queued);
     kill    the controller is killed (SIGKILL to its process group) as the task starts, or SECONDS after;
     pause   the controller stops for SECONDS as the task starts (another run can act meanwhile).
-TASK is the task's name (exact), #N its N-th start in the run (default: the first).
+TASK is the task's name (exact), #N its N-th start in the run (default: the first). TASK>POINT is a point inside
+the host-side call the task makes (module_utils/sglang_lab_fault.py): the module fails there, or waits SECONDS
+there; for kill it tells this plugin it got there (a connection to a loopback port the plugin listens on: the lab
+hosts share this machine's network), waits, and the plugin kills the controller then, while the call is there.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -24,18 +28,19 @@ name: lab_fault
 type: aggregate
 short_description: LAB TOOL, injects a fault at a named task (the rollout fault matrix)
 description:
-  - Reads DSV4_LAB_FAULT=ACTION:TASK[#N][@SECONDS]; ACTION is fail, kill or pause.
+  - Reads DSV4_LAB_FAULT=ACTION:TASK[>POINT][#N][@SECONDS]; ACTION is fail, kill or pause.
 requirements: [enabled in ANSIBLE_CALLBACKS_ENABLED]
 """
 
 
-def parse(spec: str) -> tuple[str, str, int, float]:
+def parse(spec: str) -> tuple[str, str, int, float, str]:
     action, _sep, rest = spec.partition(":")
     rest, _sep, seconds = rest.rpartition("@") if "@" in rest else (rest, "", "0")
     name, _sep, nth = rest.rpartition("#") if "#" in rest else (rest, "", "1")
+    name, _sep, point = name.partition(">")
     if action not in ("fail", "kill", "pause") or not name:
-        raise ValueError(f"DSV4_LAB_FAULT={spec!r}: ACTION:TASK[#N][@SECONDS], ACTION one of fail, kill, pause")
-    return action, name, int(nth), float(seconds)
+        raise ValueError(f"DSV4_LAB_FAULT={spec!r}: ACTION:TASK[>POINT][#N][@SECONDS], ACTION one of fail, kill, pause")
+    return action, name, int(nth), float(seconds), point
 
 
 class CallbackModule(CallbackBase):
@@ -59,11 +64,17 @@ class CallbackModule(CallbackBase):
         if self.fault is None or (task.get_name() != self.fault[1] and task.name != self.fault[1]):
             return
         self.seen += 1
-        action, name, nth, seconds = self.fault
+        action, name, nth, seconds, point = self.fault
         if self.seen != nth:
             return
-        self._display.warning(f"LAB FAULT: {action} at {name!r} (#{nth})")
-        if action == "fail":
+        self._display.warning(f"LAB FAULT: {action} at {name!r}{f' > {point}' if point else ''} (#{nth})")
+        if point:
+            # Inside the task's host-side call: the module takes it as its lab_fault option.
+            fault = {"point": point, "action": action, "seconds": seconds, "label": f"{name}>{point}"}
+            if action == "kill":
+                fault.update(action="pause", seconds=seconds or 5, notify=self._listen())
+            task.args["lab_fault"] = fault
+        elif action == "fail":
             task.action = "ansible.builtin.fail"
             task.args = {"msg": f"lab fault injected at {name}"}
         elif action == "kill" and seconds:
@@ -72,6 +83,21 @@ class CallbackModule(CallbackBase):
             self._kill()
         else:
             time.sleep(seconds)
+
+    def _listen(self) -> str:
+        """A loopback port that kills the controller when the module connects to it (it has reached its point)."""
+        server = socket.create_server(("127.0.0.1", 0))
+
+        def wait() -> None:
+            server.settimeout(600)
+            try:
+                server.accept()
+            except OSError:
+                return
+            self._kill()
+
+        threading.Thread(target=wait, daemon=True).start()
+        return f"127.0.0.1:{server.getsockname()[1]}"
 
     def v2_playbook_on_task_start(self, task, is_conditional) -> None:
         self._start(task)

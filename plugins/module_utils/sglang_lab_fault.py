@@ -1,0 +1,51 @@
+"""LAB TOOL: the fault points inside the rollout's host-side calls (the rollout fault matrix). Never in production.
+
+A call that folds several steps of a rollout (module sglang_rollout_open: lock, snapshot, read) names the points
+between them. The lab's fault injector (molecule/shared/fault_plugins/lab_fault.py) hands a call `lab_fault`
+({point, action, seconds, label, notify}); at that point the call fails (action fail) or waits (action pause).
+Either way it first leaves REACHED on the host and, with `notify` (a loopback HOST:PORT the injector listens on),
+says so there: the injector then SIGKILLs the controller while the call waits at the point. The hook is refused on
+a host without LAB_MARKER, which only roles/lab_hosts writes: a production host never runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+LAB_MARKER = "/etc/sglang-dsv4-lab-host"
+REACHED = "/run/sglang-dsv4-lab-fault.json"
+ACTIONS = ("fail", "pause")
+
+
+def refused(fault: dict[str, Any] | None, points: tuple[str, ...]) -> str:
+    """Why this call may not take the fault (empty when it may, or when there is none); checked before anything
+    changes."""
+    if not fault:
+        return ""
+    if not os.path.isfile(LAB_MARKER):
+        return f"lab_fault is a lab tool, refused on a host that is not a lab host (no {LAB_MARKER})"
+    if fault.get("point") not in points or fault.get("action") not in ACTIONS:
+        return f"lab_fault={fault!r}: point one of {', '.join(points)}, action one of {', '.join(ACTIONS)}"
+    return ""
+
+
+def at(fault: dict[str, Any] | None, point: str, fail: Any) -> None:
+    """The call reached `point`: fail there (through `fail`, which does not return) or wait, as the fault says."""
+    if not fault or fault.get("point") != point:
+        return
+    with open(REACHED, "w", encoding="utf-8") as out:
+        json.dump({"point": point, "pid": os.getpid(), "time": time.time()}, out)
+    if fault.get("notify"):
+        host, _sep, port = str(fault["notify"]).rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except (OSError, ValueError):
+            pass  # the injector is gone: the pause below still holds the call at its point
+    if fault["action"] == "pause":
+        time.sleep(float(fault.get("seconds") or 0))
+        return
+    fail(f"lab fault injected at {fault.get('label') or point}")
