@@ -624,10 +624,12 @@ def overhead(n: int, runs: list[dict]) -> dict:
     """One batch's wall time (the apply play, from its first task to its last) and what of it is the services' own
     waits (drain notice and in-flight wait, start to ready, return notice, as the modules report them): the rest is
     the collection's overhead. The plan and ansible-playbook's start-up are per run, reported apart."""
-    batch, waits, plan, startup = [], [], [], []
+    batch, waits, plan, startup, modules, tasks = [], [], [], [], [], []
     for sample in runs:
         apply = [row for row in sample["tasks"] if row["play"].startswith("Apply")]
         batch.append(sum(row["seconds"] for row in apply))
+        modules.append(sum(row.get("module_runs", 0) for row in apply) / n)
+        tasks.append(sum(row.get("host_tasks", 0) for row in apply) / n)
         waits.append(sum(row.get("service_wait", 0.0) for row in apply))
         plan.append(sum(row["seconds"] for row in sample["tasks"] if not row["play"].startswith("Apply")))
         startup.append(sample["seconds"] - sum(row["seconds"] for row in sample["tasks"]))
@@ -639,6 +641,8 @@ def overhead(n: int, runs: list[dict]) -> dict:
         "overhead": statistics.median(over),
         "plan": statistics.median(plan),
         "startup": statistics.median(startup),
+        "modules": statistics.median(modules),
+        "tasks": statistics.median(tasks),
         "runs": len(runs),
     }
 
@@ -650,10 +654,13 @@ def overhead_table(rows: list[dict]) -> str:
         "A batch's wall time is its apply play, from its first task to its last; the services' own waits are what",
         "the drain, the restart and the undrain modules report waiting for the services (the drain notice and the",
         "in-flight wait, start to ready, the return notice); the overhead is the rest. The plan (and the build and",
-        "verify plays) and ansible-playbook's start-up are per run, shown apart. Medians over the runs.",
+        "verify plays) and ansible-playbook's start-up are per run, shown apart. Module runs are the apply's results",
+        "on the hosts that carry a module's invocation (each loop item counts), tasks every task a host ran or",
+        "skipped (each a worker process on the controller), both per host. Medians over the runs.",
         "",
-        "| batch of N | batch wall time | services' own waits | overhead | goal | plan and other plays | start-up |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| batch of N | batch wall time | services' own waits | overhead | goal | plan and other plays | start-up"
+        " | module runs per host (goal: at most 5) | tasks per host |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         goal = OVERHEAD_GOALS.get(row["n"])
@@ -664,7 +671,7 @@ def overhead_table(rows: list[dict]) -> str:
         )
         lines.append(
             f"| {row['n']} | {row['batch']:.1f} s | {row['waits']:.1f} s | {row['overhead']:.1f} s | {verdict}"
-            f" | {row['plan']:.1f} s | {row['startup']:.1f} s |"
+            f" | {row['plan']:.1f} s | {row['startup']:.1f} s | {row['modules']:g} | {row['tasks']:g} |"
         )
     return "\n".join(lines)
 

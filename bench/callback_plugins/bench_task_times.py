@@ -2,10 +2,13 @@
 
 Enabled by bench.py alone (ANSIBLE_CALLBACK_PLUGINS=bench/callback_plugins, ANSIBLE_CALLBACKS_ENABLED=
 bench_task_times); it writes one JSON line per task, play start or handler to the file named by
-BENCH_TASK_TIMES: {"play", "role", "task", "seconds", "service_wait"}, where seconds is the wall time from the task's
-start to the next one's (under the linear strategy, the time every host of the batch waited for it) and service_wait,
-for the drain, the undrain and the restart, the longest the module itself reported waiting for the services on any
-host of the batch (the drain's notice and in-flight wait, the start-to-ready wait, the return notice).
+BENCH_TASK_TIMES: {"play", "role", "task", "seconds", "service_wait", "host_tasks", "module_runs"}, where seconds is
+the wall time from the task's start to the next one's (under the linear strategy, the time every host of the batch
+waited for it), service_wait, for the drain, the undrain and the restart, the longest the module itself reported
+waiting for the services on any host of the batch (the drain's notice and in-flight wait, the start-to-ready wait,
+the return notice), host_tasks how many hosts ran or skipped it (each a worker process on the controller), and
+module_runs how many module runs it made on the hosts (a result that carries the module's `invocation`; each item
+of a loop counts).
 """
 
 from __future__ import annotations
@@ -64,7 +67,26 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_handler_task_start(self, task) -> None:
         self.v2_playbook_on_task_start(task, False)
 
+    def _count(self, result) -> None:
+        if self._current is None:
+            return
+        self._current["host_tasks"] = self._current.get("host_tasks", 0) + 1
+        found = result._result
+        items = found.get("results") if isinstance(found.get("results"), list) else [found]
+        runs = sum(1 for item in items if isinstance(item, dict) and item.get("invocation"))
+        self._current["module_runs"] = self._current.get("module_runs", 0) + runs
+
+    def v2_runner_on_failed(self, result, ignore_errors=False) -> None:
+        self._count(result)
+
+    def v2_runner_on_skipped(self, result) -> None:
+        self._count(result)
+
+    def v2_runner_on_unreachable(self, result) -> None:
+        self._count(result)
+
     def v2_runner_on_ok(self, result) -> None:
+        self._count(result)
         if self._current is None or result._task.action.rsplit(".", 1)[-1] not in WAITING:
             return
         reported = result._result.get(WAITING[result._task.action.rsplit(".", 1)[-1]]) or 0.0

@@ -29,8 +29,9 @@ from ansible.plugins.loader import connection_loader
 from ansible_collections.dsv4.sglang.plugins.modules.sglang_fleet_rotation import ARGUMENT_SPEC
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import MODULE_UTILS
 
-# The helper-set modules in_rotation needs, in import order (each imports only the ones before it).
-PAYLOAD = ("sglang_files", "sglang_sampling_defaults", "sglang_records", "sglang_rotation")
+# The helper-set modules in_rotation needs, in import order (each imports only the ones before it; sglang_rotation
+# imports sglang_records only where its guard needs it).
+PAYLOAD = ("sglang_files", "sglang_rotation")
 MARK = "sglang-dsv4-in-rotation:"
 # Connections Ansible names differently but that run the ssh client.
 SSH_LIKE = {"smart": "ssh"}
@@ -104,6 +105,7 @@ class ActionModule(ActionBase):
         # Each host's connection and command are made here, in the worker's own thread, where Ansible templates
         # variables; the threads only run them.
         calls = {host: self._prepare(host, hostvars, args) for host in args["hosts"]}
+        prepared = time.monotonic() - started
 
         def ask(host: str) -> None:
             with slots:
@@ -126,7 +128,9 @@ class ActionModule(ActionBase):
                 host: answers.get(host) or unavailable(f"did not answer within {args['wait']} s")
                 for host in args["hosts"]
             }
-        result.update(changed=False, hosts=answers, seconds=round(time.monotonic() - started, 3))
+        result.update(
+            changed=False, hosts=answers, seconds=round(time.monotonic() - started, 3), prepared=round(prepared, 3)
+        )
         return result
 
     def _prepare(self, host: str, hostvars: Any, args: dict[str, Any]) -> tuple | dict[str, Any]:
@@ -153,7 +157,8 @@ class ActionModule(ActionBase):
         """The command that reads the program from stdin, as root; or why it cannot be run."""
         interpreter = to_text(variables.get("ansible_python_interpreter") or "")
         python = interpreter if interpreter and not interpreter.startswith("auto") else "/usr/bin/python3"
-        command = f"{shlex.quote(python)} -"
+        # Isolated and without site-packages: the program needs the standard library only.
+        command = f"{shlex.quote(python)} -I -S -"
         become = boolean(variables.get("ansible_become", self._play_context.become), strict=False)
         user = variables.get("ansible_become_user") or self._play_context.become_user or "root"
         try:

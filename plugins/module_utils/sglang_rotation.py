@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import ssl
 import subprocess
 import time
 import urllib.parse
@@ -24,10 +23,8 @@ from typing import Any
 
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
-    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import runs_from_disk
 except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     from sglang_files import read_regular, write_atomic  # type: ignore[no-redef]
-    from sglang_records import runs_from_disk  # type: ignore[no-redef]
 
 # The transient timer (and its service) a drain arms; seconds between two looks of the guard.
 GUARD_UNIT = "sglang-dsv4-undrain-guard"
@@ -136,6 +133,8 @@ def status(url: str, key: str = "", body: dict | None = None, timeout: float = 5
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "https":
         # The router's own certificate, on an address of this host: checked for answering, not for who it is.
+        import ssl  # pylint: disable=import-outside-toplevel - only for https: the guard's count loads no more
+
         context = ssl._create_unverified_context()  # noqa: S323
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(
             parts.hostname, parts.port, timeout=timeout, context=context
@@ -151,6 +150,18 @@ def status(url: str, key: str = "", body: dict | None = None, timeout: float = 5
         return 0
     finally:
         connection.close()
+
+
+def runs_from_disk(record: str, invocation: str) -> bool:
+    """sglang_records.runs_from_disk, imported when the guard needs it: the capacity guard's count (in_rotation, run
+    from a program the controller sends, action plugin sglang_fleet_rotation) carries only this file and
+    sglang_files."""
+    # pylint: disable=import-outside-toplevel
+    try:  # in a module (Ansiballz) and on the controller
+        from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import runs_from_disk as runs
+    except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
+        from sglang_records import runs_from_disk as runs  # type: ignore[no-redef]
+    return runs(record, invocation)
 
 
 def serving(guard: dict[str, Any]) -> str:

@@ -72,6 +72,10 @@ seconds:
   description: Wall seconds the count took.
   returned: always
   type: float
+prepared:
+  description: Of those, the seconds spent making each host's connection and command (on the controller, in turn).
+  returned: always
+  type: float
 """
 
 from ansible.module_utils.basic import AnsibleModule
