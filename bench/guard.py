@@ -114,23 +114,22 @@ def measure(hosts: int, runs: int) -> dict:
 
 def report(found: dict) -> str:
     verdict = "met" if found["count"] <= 3 else "NOT met"
-    return "\n".join(
-        [
-            "## The capacity guard's count",
-            "",
-            f"`.venv/bin/python bench/guard.py --hosts {found['hosts']} --runs {found['runs']}`: one count of the action plugin",
-            f"sglang_fleet_rotation over a simulated inventory of {found['hosts']} hosts on loopback, half answering (a",
-            "local connection, a router whose /readiness answers 200), half that cannot be reached (ssh to a closed port,",
-            "counted out of rotation and named), every answer checked. Medians.",
-            "",
-            "| hosts | the count (the action's own seconds) | goal | the ansible call, wall |",
-            "|---:|---:|---:|---:|",
-            f"| {found['hosts']} | {found['count']:.2f} s | at most 3 s ({verdict}) | {found['wall']:.2f} s |",
-            "",
-            "Before (2026-12-04, BENCHMARKS.md's breakdown): one delegated module run per host outside the run, one after",
-            "another, at about 0.37 s a host: about 37 s per count on 100 hosts, before every step.",
-        ]
-    )
+    lines = [
+        "## The capacity guard's count",
+        "",
+        f"`.venv/bin/python bench/guard.py --hosts {found['hosts']} --runs {found['runs']}`: one count of the action",
+        f"plugin sglang_fleet_rotation over a simulated inventory of {found['hosts']} hosts on loopback, half",
+        "answering (a local connection, a router whose /readiness answers 200), half that cannot be reached (ssh to",
+        "a closed port, counted out of rotation and named), every answer checked. Medians.",
+        "",
+        "| hosts | the count (the action's own seconds) | goal | the ansible call, wall |",
+        "|---:|---:|---:|---:|",
+        f"| {found['hosts']} | {found['count']:.2f} s | at most 3 s ({verdict}) | {found['wall']:.2f} s |",
+        "",
+        "Before (2026-12-04, BENCHMARKS.md's breakdown): one delegated module run per host outside the run, one",
+        "after another, at about 0.37 s a host: about 37 s per count on 100 hosts, before every step.",
+    ]
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:

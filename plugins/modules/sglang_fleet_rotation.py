@@ -14,8 +14,8 @@ description:
     C(ansible_user), key and ssh arguments). Its wall time is the slowest answer, not the sum of them.
   - Each host answers the question of M(dsv4.sglang.sglang_in_rotation) (its router's C(/readiness) answers 200
     and no drain is pending; a drained host whose services serve is C(drained_serving)), run by the host's
-    C(/usr/bin/python3) (or its C(ansible_python_interpreter)) from a program sent on the connection's stdin:
-    no module payload and no temporary file. As root: C(sudo -n) where the play becomes and the connecting user
+    C(/usr/bin/python3) (or its C(ansible_python_interpreter)) from a program sent on the connection's stdin;
+    no module payload and no temporary file. As root, with C(sudo -n) where the play becomes and the connecting user
     is not root (another become method cannot be used, and the host is named).
   - A host that cannot be asked (unreachable, no answer within O(wait) seconds, an answer that is not the
     program's) is out of rotation, with why. The unknown never counts as serving.

@@ -17,7 +17,7 @@ description:
   - 3. Reads the host's whole state and plan under the lock, as M(dsv4.sglang.sglang_host_state) does, with the
     same options.
   - A failure after the lock was taken returns C(locked=true) (the caller rolls back what this run snapshotted and
-    releases the lock). The lock and the snapshot are bookkeeping, not a change of the deployment: it always
+    releases the lock). The lock and the snapshot are bookkeeping, not a change of the deployment, so it always
     reports unchanged.
 extends_documentation_fragment:
   - dsv4.sglang.host_read
