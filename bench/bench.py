@@ -13,6 +13,7 @@ first N hosts (--limit):
                    managed defaults and generation_config.json, restart prefill and decode in one systemctl call,
                    wait for both servers' /health and the router's /readiness, one chat request with the key
   article's way    the source article's manual fix (ssh, heredoc, systemctl restart), on the largest change size
+  guard's count    the capacity guard's one count over a simulated inventory of 100 hosts (bench/guard.py)
   under load       (--load, or --load-only to replace only that section) a sampling change rolled over 4 hosts
                    one at a time (batch 1) while bench/loadgen.py sends streaming chat requests through the lab
                    balancer (HAProxy), with the drain on and off: requests answered, refused and cut mid-stream
@@ -35,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import guard  # bench/guard.py: the capacity guard's count on a simulated inventory
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -814,6 +817,7 @@ def main(argv: list[str]) -> int:
         lab(hosts, "present", inventory)
         try:
             samples = {} if args.load_only else measure(args.sizes, args.change_sizes, args.runs, inventory)
+            counted = None if args.load_only else guard.measure(100, args.runs)
             loaded = under_load(4, inventory, [0.7, 0.65]) if args.load or args.load_only else []
         finally:
             lab(hosts, "absent", inventory)
@@ -827,7 +831,10 @@ def main(argv: list[str]) -> int:
     if args.load_only:
         args.output.write_text(old.split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" + loads + tail)
     else:
-        args.output.write_text(report(samples, args.sizes, args.change_sizes, args.runs, command) + loads + tail)
+        counts = "\n\n" + guard.report(counted) + "\n"
+        args.output.write_text(
+            report(samples, args.sizes, args.change_sizes, args.runs, command) + counts + loads + tail
+        )
     print(args.output.read_text())
     return 0
 
