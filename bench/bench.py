@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import guard  # bench/guard.py: the capacity guard's count on a simulated inventory
+from cpu import busy_seconds  # bench/cpu.py: the machine's busy CPU seconds, from /proc/stat
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -263,8 +264,9 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
         for count in sizes:
             add(f"floor, {count} host(s)", floor(inventory, count))
             mark = second_boundary()
+            busy = busy_seconds()
             seconds, changed = deploy(inventory, count)
-            add(f"no-op, {count} host(s)", seconds, starts_since(count, mark), changed)
+            add(f"no-op, {count} host(s)", seconds, starts_since(count, mark), changed, cpu=busy_seconds() - busy)
         for count in changes:
             mark = second_boundary()
             extra = {
@@ -274,9 +276,11 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
                 # The batch is the whole inventory at the largest count: allowed by name.
                 "sglang_rollout_allow_whole_fleet": True,
             }
+            busy = busy_seconds()
             seconds, changed = deploy(inventory, count, extra, times)
+            cpu = busy_seconds() - busy
             tasks = [json.loads(line) for line in times.read_text().splitlines()]
-            add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed, tasks=tasks)
+            add(f"sampling change, {count} host(s)", seconds, starts_since(count, mark), changed, tasks=tasks, cpu=cpu)
             mark = second_boundary()
             add(f"by hand, {count} host(s)", by_hand(count, next(temperatures), key), starts_since(count, mark))
             # Back to the inventory's defaults, so the next no-op really has nothing to do.
@@ -288,6 +292,17 @@ def measure(sizes: list[int], changes: list[int], runs: int, inventory: Path) ->
         deploy(inventory, max(changes))
         print(f"run {index + 1}: " + ", ".join(f"{n} {s[-1]['seconds']:.1f}s" for n, s in samples.items()), flush=True)
     return samples
+
+
+def cpu_slope(samples: dict, kind: str, sizes: list[int]) -> tuple[float, float]:
+    """Least-squares fit of the median CPU seconds against N: (CPU seconds at N = 0, CPU seconds per added host)."""
+    xs = [float(n) for n in sizes]
+    ys = [statistics.median(s["cpu"] for s in samples[f"{kind}, {n} host(s)"]) for n in sizes]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    per_host = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
+    return mean_y - per_host * mean_x, per_host
 
 
 def slope(samples: dict, kind: str, sizes: list[int]) -> tuple[float, float]:
@@ -732,6 +747,19 @@ def report(samples: dict, sizes: list[int], changes: list[int], runs: int, comma
             f"| {n} | {c:.1f} s | {h:.1f} s | {c / h:.2f} | {starts(samples, f'sampling change, {n} host(s)')}"
             f" | {starts(samples, f'by hand, {n} host(s)')} |"
         )
+    cpu_rows = [
+        "| run | CPU seconds at N = 0 (fit) | CPU seconds per added host (slope) | 100 hosts (projected)"
+        " | 1,000 hosts (projected) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind, counts in (("no-op", sizes), ("sampling change", changes)):
+        if len(counts) < 2:
+            continue
+        at_zero, per_host = cpu_slope(samples, kind, counts)
+        cpu_rows.append(
+            f"| {kind} (N = {', '.join(map(str, counts))}) | {at_zero:.1f} | {per_host:.2f}"
+            f" | {(at_zero + 100 * per_host) / 60:.0f} CPU min | {(at_zero + 1000 * per_host) / 3600:.1f} CPU h |"
+        )
     return f"""# Benchmarks
 
 Produced by `{command}` (script: `bench/bench.py`) on {time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores,
@@ -773,7 +801,15 @@ a worker process on the controller). {lever}
 
 {chr(10).join(change_rows)}
 
-Goal: at most 1.5x the minimum at N = 1 and 4, with the same restarts.
+Goal (issue 39): at most 2.5x the minimum at N = 1 and 2x at N = 4, with the same restarts.
+
+### CPU per added host
+
+The whole machine's busy CPU seconds during each run (from /proc/stat, as `bench/cpu.py` reads them: the
+controller, and the lab hosts' sshd, modules and services, which share this machine), medians, fitted against N.
+On real hosts their part runs on each host's own CPU: what the controller pays is at most this.
+
+{chr(10).join(cpu_rows)}
 
 ### Where a sampling change's time goes
 
