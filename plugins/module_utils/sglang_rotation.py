@@ -133,7 +133,8 @@ def status(url: str, key: str = "", body: dict | None = None, timeout: float = 5
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "https":
         # The router's own certificate, on an address of this host: checked for answering, not for who it is.
-        import ssl  # pylint: disable=import-outside-toplevel - only for https: the guard's count loads no more
+        # Only for https: the guard's count (in_rotation, on plain http) loads no more than it needs.
+        import ssl  # pylint: disable=import-outside-toplevel
 
         context = ssl._create_unverified_context()  # noqa: S323
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(
