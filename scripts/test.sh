@@ -48,9 +48,9 @@ collection() {
 }
 
 # The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
-# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test at 7b1839b
-# (2026-12-04, 52 min in all; seconds): failsafe 1880, fleet 674 (lane 2554); default 1126, monitoring 738, releases
-# 499, drift 188, ee 149 (2700); traffic 1900, interrupted 958 (2858). Before 2026-12-04, drift and ee ran in the
+# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test at 4f66af0
+# (2026-12-04, 43 min in all; seconds): failsafe 1311, fleet 565 (lane 1876); default 855, monitoring 519, releases
+# 460, drift 111, ee 110 (2055); traffic 1773, interrupted 580 (2353). Before 2026-12-04, drift and ee ran in the
 # first and third lanes and the second stood idle for its last nine minutes. The lab is CPU-bound on 2 cores: a
 # fourth lane made every scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four
 # lanes had finished after 55 minutes). Every scenario must be in exactly one lane.
