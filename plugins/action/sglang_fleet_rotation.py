@@ -38,16 +38,10 @@ SSH_LIKE = {"smart": "ssh"}
 
 
 @functools.lru_cache(maxsize=1)
-def _sources() -> dict[str, str]:
-    return {name: (MODULE_UTILS / f"{name}.py").read_text(encoding="utf-8") for name in PAYLOAD}
-
-
-def program(router_url: str, status_file: str, drain_state: str, timeout: int) -> bytes:
-    """The Python program a host runs: the helper-set modules, loaded from their text, then one in_rotation call
-    whose answer is printed after MARK."""
-    sources = _sources()
-    call = [router_url, status_file, drain_state, timeout]
-    text = f"""import json, sys, types
+def _prelude() -> str:
+    """What every host's program starts with: the helper-set modules, loaded from their text (made once a run)."""
+    sources = {name: (MODULE_UTILS / f"{name}.py").read_text(encoding="utf-8") for name in PAYLOAD}
+    return f"""import json, sys, types
 sys.dont_write_bytecode = True
 SOURCES = {json.dumps(sources)}
 for name in {list(PAYLOAD)!r}:
@@ -55,9 +49,14 @@ for name in {list(PAYLOAD)!r}:
     module.__file__ = name + ".py"
     sys.modules[name] = module
     exec(compile(SOURCES[name], name + ".py", "exec"), module.__dict__)
-print({MARK!r} + json.dumps(sys.modules["sglang_rotation"].in_rotation(*json.loads({json.dumps(json.dumps(call))}))))
 """
-    return text.encode()
+
+
+def program(router_url: str, status_file: str, drain_state: str, timeout: int) -> bytes:
+    """The Python program a host runs: the prelude, then one in_rotation call whose answer is printed after MARK."""
+    call = json.dumps(json.dumps([router_url, status_file, drain_state, timeout]))
+    rotation = 'sys.modules["sglang_rotation"]'
+    return f"{_prelude()}print({MARK!r} + json.dumps({rotation}.in_rotation(*json.loads({call}))))\n".encode()
 
 
 def unavailable(why: str) -> dict[str, Any]:
