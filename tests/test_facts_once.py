@@ -147,8 +147,8 @@ NEWCOMER = {
     "Where is the model path set?": ("roles/sglang_common/defaults/main.yml", "sglang_common_model_path:"),
     "Where is the router's port set?": ("roles/sglang_services/defaults/main.yml", "  router:\n    mode: router"),
     "What restarts prefill and decode?": (
-        "roles/sglang_services/tasks/restart.yml",
-        "The one path by which the services restart",
+        "plugins/modules/sglang_host_restart.py",
+        "The one path by which the SGLang services restart",
     ),
     "How do I add a server flag the collection manages?": ("plugins/module_utils/sglang_flags.py", "SERVER_FLAGS"),
     "What happens when the verification (or any step of a host's apply) fails?": (
@@ -235,7 +235,8 @@ def test_the_fence_is_inside_the_writers_not_a_task_between_them() -> None:
         "sglang_generation_config",
         "sglang_release",
         "sglang_snapshot",
-        "sglang_drain",
-        "sglang_service_restart",
     ):
         assert "sglang_lock.fenced(module)" in (ROOT / f"plugins/modules/{module}.py").read_text(), module
+    # The drain, the restart and the undrain: in module_utils, shared by their modules and sglang_host_restart.
+    for util in ("sglang_drain", "sglang_restart"):
+        assert "sglang_lock.fenced(module)" in (ROOT / f"plugins/module_utils/{util}.py").read_text(), util

@@ -31,7 +31,7 @@ requirements:
 
 
 # The modules that wait for the services, and the field in which each reports how long it waited.
-WAITING = {"sglang_drain": "seconds", "sglang_service_restart": "waited"}
+WAITING = {"sglang_drain": "seconds", "sglang_service_restart": "waited", "sglang_host_restart": "waited"}
 
 
 class CallbackModule(CallbackBase):

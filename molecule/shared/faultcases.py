@@ -22,11 +22,6 @@ from labtools import ROOT, deploy, host_state, inventory, recap, runs_from_disk,
 LOCK = "/run/sglang-dsv4-deploy"
 # The workers a drain took out of the router, until they are back (the host is out of rotation while it exists).
 DRAIN = "/run/sglang-dsv4/drain.json"
-# The drain, and the task right after it (a kill there leaves the host drained, nothing restarted).
-DRAIN_TASK = "Take the host out of rotation and let the servers finish their requests"
-AFTER_DRAIN = (
-    "Stop here when the servers could not finish their requests in time (sglang_services_drain_on_timeout=stop)"
-)
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 GENCONFIG = f"{MODEL}/generation_config.json"
 LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
@@ -35,22 +30,30 @@ FAULTS = {
     "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
 }
 OPEN = "Take the lock, snapshot what this run may change and read the host again, in one call"
-RESTART = "Restart what does not run from its inputs (prefill and decode together, the router on its own)"
+# The restart's one call (module sglang_host_restart: decide, drain, restart, undrain), and the points inside it.
+RESTART = (
+    "Drain, restart what does not run from its inputs (prefill and decode together, the router on its own), put back"
+)
+# Right before its drain (the rollback's call is paused there), and right after it (a kill there leaves the host
+# drained, nothing restarted).
+BEFORE_DRAIN = f"{RESTART}>before_drain"
+AFTER_DRAIN = f"{RESTART}>after_drain"
+# Restarted from the new files, still drained: a kill there leaves the host's guard to put it back.
+BEFORE_UNDRAIN = f"{RESTART}>before_undrain"
 
 # Each step of the apply, as the task that starts right after it (or is it, for the restart and the verification).
 STEPS = [
     # Points inside the apply's first call (module sglang_rollout_open: lock, snapshot, read under the lock).
-    ("after the lock", f"{OPEN}>after_lock", 0),
-    ("after the snapshot", f"{OPEN}>after_snapshot", 0),
-    ("after the generation_config.json write", "Install the managed defaults and the helper set", 0),
-    ("after the env files' write", "Stage the units and the target", 0),
-    (
-        "after the units' write",
-        "Restart prefill and decode if the host's state says they do not run from their inputs",
-        0,
-    ),
-    ("at the restart request", RESTART, 1.5),
-    ("during the verification", "Ask the router, and read both servers when the verification asks", 0),
+    ("after the lock", f"{OPEN}>after_lock"),
+    ("after the snapshot", f"{OPEN}>after_snapshot"),
+    ("after the generation_config.json write", "Install the managed defaults and the helper set"),
+    ("after the env files' write", "Stage the units and the target"),
+    ("after the units' write", "Restart prefill and decode if the host's state says they do not run from their inputs"),
+    # Points inside the restart's one call (module sglang_host_restart: decide, drain, restart, undrain).
+    ("after the drain", AFTER_DRAIN),
+    ("at the restart request", f"{RESTART}>at_restart"),
+    ("before the undrain", BEFORE_UNDRAIN),
+    ("during the verification", "Ask the router, and read both servers when the verification asks"),
 ]
 
 

@@ -253,3 +253,14 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     if diffs:
         result["diff"] = diffs
     return result
+
+
+def runs_astray(units: dict[str, dict[str, Any]]) -> list[str]:
+    """The services of a read against disk that do not run from exactly the files on disk, each named: an installed
+    one whose status is not current, and one whose unit file is gone that still runs (a rolled-back first deploy)."""
+    return [
+        name if entry["installed"] else f"{name} (no unit file, still running)"
+        for name, entry in sorted(units.items())
+        if (entry["installed"] and entry["status"] != "current")
+        or (not entry["installed"] and entry["active"] != "inactive")
+    ]

@@ -1,11 +1,13 @@
 """LAB TOOL: the fault points inside the rollout's host-side calls (the rollout fault matrix). Never in production.
 
-A call that folds several steps of a rollout (module sglang_rollout_open: lock, snapshot, read) names the points
-between them. The lab's fault injector (molecule/shared/fault_plugins/lab_fault.py) hands a call `lab_fault`
-({point, action, seconds, label, notify}); at that point the call fails (action fail) or waits (action pause).
-Either way it first leaves REACHED on the host and, with `notify` (a loopback HOST:PORT the injector listens on),
-says so there: the injector then SIGKILLs the controller while the call waits at the point. The hook is refused on
-a host without LAB_MARKER, which only roles/lab_hosts writes: a production host never runs it.
+A call that folds several steps of a rollout names the points between them (module sglang_rollout_open: lock,
+snapshot, read; module sglang_host_restart: drain, restart, undrain). The lab's fault injector
+(molecule/shared/fault_plugins/lab_fault.py) hands a call `lab_fault` ({point, action, seconds, label, notify}); at
+that point the call fails (action fail), waits (action pause) or dies with its controller (action kill). It first
+leaves REACHED on the host and, with `notify` (a loopback HOST:PORT the injector listens on), says so there: for a
+kill the injector SIGKILLs the controller then, and the call ends `seconds` later without a word, as a call whose
+session died with its controller would (the worst case: nothing but the host's own guard is left to act). The hook
+is refused on a host without LAB_MARKER, which only roles/lab_hosts writes: a production host never runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 
 LAB_MARKER = "/etc/sglang-dsv4-lab-host"
 REACHED = "/run/sglang-dsv4-lab-fault.json"
-ACTIONS = ("fail", "pause")
+ACTIONS = ("fail", "pause", "kill")
+# The exit status of a call that died at its point (as 128 + SIGKILL).
+KILLED = 137
 
 
 def refused(fault: dict[str, Any] | None, points: tuple[str, ...]) -> str:
@@ -34,7 +38,8 @@ def refused(fault: dict[str, Any] | None, points: tuple[str, ...]) -> str:
 
 
 def at(fault: dict[str, Any] | None, point: str, fail: Any) -> None:
-    """The call reached `point`: fail there (through `fail`, which does not return) or wait, as the fault says."""
+    """The call reached `point`: fail there (through `fail`, which does not return), wait, or end with the
+    controller, as the fault says."""
     if not fault or fault.get("point") != point:
         return
     with open(REACHED, "w", encoding="utf-8") as out:
@@ -48,4 +53,8 @@ def at(fault: dict[str, Any] | None, point: str, fail: Any) -> None:
     if fault["action"] == "pause":
         time.sleep(float(fault.get("seconds") or 0))
         return
+    if fault["action"] == "kill":
+        # The controller is killed meanwhile; the call ends here, leaving the host exactly as it is at this point.
+        time.sleep(float(fault.get("seconds") or 2))
+        os._exit(KILLED)
     fail(f"lab fault injected at {fault.get('label') or point}")

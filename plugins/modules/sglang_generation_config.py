@@ -12,6 +12,8 @@ description:
   - Writes stable JSON (two-space indent, key order kept), so a re-run is byte-identical.
   - Keeps the untouched original once as C(generation_config.json.orig) and a timestamped backup per change.
   - Supports check mode and diff mode.
+extends_documentation_fragment:
+  - dsv4.sglang.fence
 options:
   path:
     description: Path of generation_config.json.
@@ -29,11 +31,6 @@ options:
     description: Keep a timestamped copy of the file before each change.
     type: bool
     default: true
-  fence:
-    description:
-      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
-        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
-    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 

@@ -17,6 +17,8 @@ description:
     others is refused, naming it, before anything is written.
   - O(directories) are made (root-owned, with their mode, and any missing parent with 0755) when missing, and
     get their mode back when it differs; the folder of every file must exist or be among them.
+extends_documentation_fragment:
+  - dsv4.sglang.fence
 options:
   files:
     description: The files, each with C(path), C(mode) (octal string) and C(content) (null - the file must not
@@ -32,11 +34,6 @@ options:
   into:
     description: Write each file into this folder under the last part of its path instead (staging).
     type: path
-  fence:
-    description:
-      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
-        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
-    type: dict
 attributes:
   check_mode:
     description: Reports what it would write and remove, and changes nothing.

@@ -16,6 +16,8 @@ description:
     its build fails here, named.
   - C(state=pruned) removes the oldest finished releases beyond O(keep), never one listed in O(protect).
   - The releases folder must be root's, not writable by others and not a link.
+extends_documentation_fragment:
+  - dsv4.sglang.fence
 options:
   state:
     description: C(present) or C(pruned).
@@ -71,11 +73,6 @@ options:
     type: list
     elements: str
     default: []
-  fence:
-    description:
-      - The rollout lock this run holds (C(path), C(run_id), C(lease)); checked and its lease renewed in this call,
-        before the first write. A run that lost the lock fails with C(lost) and touches nothing.
-    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 

@@ -19,8 +19,10 @@ description:
   - A failure after the lock was taken returns C(locked=true) (the caller rolls back what this run snapshotted and
     releases the lock). The lock and the snapshot are bookkeeping, not a change of the deployment, so it always
     reports unchanged.
+  - Its lab fault points (O(lab_fault)) are C(after_lock) and C(after_snapshot).
 extends_documentation_fragment:
   - dsv4.sglang.host_read
+  - dsv4.sglang.lab_fault
 options:
   lock:
     description: The lock to take.
@@ -65,12 +67,6 @@ options:
         description: Snapshots kept in the folder's parent, this one included.
         type: int
         default: 5
-  lab_fault:
-    description:
-      - LAB TOOL (the rollout fault matrix, module_utils/sglang_lab_fault.py), set only by the lab's fault injector.
-        C(point) (C(after_lock) or C(after_snapshot)), C(action) (C(fail) or C(pause)), C(seconds) (of a pause),
-        C(label) (for the message). Refused, before anything changes, on a host that is not a lab host.
-    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 

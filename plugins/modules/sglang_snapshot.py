@@ -14,6 +14,8 @@ description:
   - Files are never read or written through a link or a FIFO (module_utils/sglang_snapshot.py).
   - With O(fence), the rollout lock is checked and its lease renewed in the same call, before anything is read or
     written; a run that lost the lock fails with C(lost) and touches nothing.
+extends_documentation_fragment:
+  - dsv4.sglang.fence
 options:
   state:
     description: Save or restore.
@@ -33,9 +35,6 @@ options:
     description: How many snapshots to keep beside this one, this one included (C(saved) only).
     type: int
     default: 5
-  fence:
-    description: The rollout lock this run holds (C(path), C(run_id), C(lease)), checked and renewed first.
-    type: dict
 author: dsv4 deployment team (@dsv4)
 """
 

@@ -1,4 +1,4 @@
-"""The drain's reading of the servers' load (modules/sglang_drain.py): SGLang's gauges summed, a silent server idle."""
+"""The drain's reading of the servers' load (module_utils/sglang_drain.py): SGLang's gauges summed, a silent server idle."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-from ansible_collections.dsv4.sglang.plugins.modules import sglang_drain as drain
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_drain as drain
 
 METRICS = """# HELP sglang:num_running_reqs running
 # TYPE sglang:num_running_reqs gauge
@@ -211,9 +211,7 @@ def router(tmp_path):
 
 
 def run(function, module) -> dict:
-    with pytest.raises(ExitError) as done:
-        function(module)
-    return done.value.args[0]
+    return function(module, module.params)
 
 
 def test_a_lost_removal_is_sent_again_until_the_router_lists_no_worker(router):
@@ -284,7 +282,7 @@ def test_a_drain_without_the_running_routers_credential_names_it(router, tmp_pat
     _url, module = router
     module.params["admin_credential"] = str(tmp_path / "gone")
     with pytest.raises(AssertionError, match=r"no .*gone holds the admin key it runs with"):
-        drain.drain(module)
+        drain.drain(module, module.params)
     assert len(Router.workers) == 2
 
 
@@ -297,13 +295,13 @@ def test_a_run_that_lost_the_lock_neither_drains_nor_restores(router, tmp_path):
     assert sglang_lock.acquire(lock, "other-run", "bob@ctl", 600)[0]
     module.params["fence"] = {"path": lock, "run_id": "this-run", "lease": 600}
     with pytest.raises(AssertionError, match="no longer holds the rollout lock"):
-        drain.drain(module)
+        drain.drain(module, module.params)
     assert len(Router.workers) == 2 and not os.path.exists(module.params["state_file"])
     module.params["fence"] = None
     run(drain.drain, module)
     module.params["fence"] = {"path": lock, "run_id": "this-run", "lease": 600}
     with pytest.raises(AssertionError, match="no longer holds the rollout lock"):
-        drain.restore(module)
+        drain.restore(module, module.params)
     assert Router.workers == {} and drain.readiness(url) == 503
 
 
@@ -365,7 +363,7 @@ def test_one_bad_readiness_answer_fails_the_drain_naming_what_it_saw(readiness, 
     Readiness.answers = [503, 500, 503]
     module = Module(router_url=readiness, admin_credential=str(tmp_path / "k"), state_file=str(tmp_path / "d.json"))
     with pytest.raises(AssertionError, match=r"cannot tell whether the router .* answered 503, 500, 503 at 3 looks"):
-        drain.drain(module)
+        drain.drain(module, module.params)
     assert not (tmp_path / "d.json").exists()
 
 

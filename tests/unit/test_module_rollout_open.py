@@ -131,7 +131,7 @@ def test_the_fault_hook_is_refused_on_a_host_that_is_not_a_lab_host_before_the_l
 
 
 def test_an_unknown_point_or_action_is_refused_before_the_lock(host):
-    for fault in ({"point": "after_restart", "action": "fail"}, {"point": "after_lock", "action": "kill"}):
+    for fault in ({"point": "after_restart", "action": "fail"}, {"point": "after_lock", "action": "explode"}):
         result = failed(host["params"] | {"lab_fault": fault})
         assert result["locked"] is False and "point one of after_lock, after_snapshot" in result["msg"]
     assert sglang_lock.inspect(host["params"]["lock"]["path"]) is None

@@ -1,10 +1,10 @@
-"""The restart module's cleaning of what a rolled-back first deploy left (modules/sglang_service_restart.py)."""
+"""The restart module's cleaning of what a rolled-back first deploy left (module_utils/sglang_restart.py)."""
 
 from __future__ import annotations
 
 import os
 
-from ansible_collections.dsv4.sglang.plugins.modules import sglang_service_restart as restart
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_restart as restart
 
 
 def test_enable_links_whose_unit_file_is_gone_are_removed_and_their_empty_wants_folders(tmp_path):

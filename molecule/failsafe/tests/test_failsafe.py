@@ -19,8 +19,8 @@ import time
 
 import pytest
 from faultcases import (
+    BEFORE_DRAIN,
     DRAIN,
-    DRAIN_TASK,
     GENCONFIG,
     LAB_ENV,
     MODEL,
@@ -44,8 +44,8 @@ HOST = "dsv4-fs-1"
 ROUTER = "http://127.0.0.1:26010"
 
 
-@pytest.mark.parametrize(("step", "task", "_delay"), STEPS, ids=[s[0] for s in STEPS])
-def test_a_failed_step_leaves_the_host_as_before_and_the_next_run_converges(host, cases, step, task, _delay):
+@pytest.mark.parametrize(("step", "task"), STEPS, ids=[s[0] for s in STEPS])
+def test_a_failed_step_leaves_the_host_as_before_and_the_next_run_converges(host, cases, step, task):
     case = cases()
     before = host_state(host)
     assert runs_from_disk(before) == []
@@ -327,7 +327,7 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
         [*deploy_argv(), "-e", json.dumps(settings)],
         cwd=ROOT,
         # The rollback's drain (the second drain of the run) waits 10 s before it begins: a long request starts then.
-        env=fault_env(f"pause:{DRAIN_TASK}#2@10"),
+        env=fault_env(f"pause:{BEFORE_DRAIN}#2@10"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -17,6 +17,7 @@ import time
 import pytest
 from faultcases import (
     AFTER_DRAIN,
+    BEFORE_UNDRAIN,
     DRAIN,
     LOCK,
     RESTART,
@@ -33,6 +34,7 @@ from faultcases import (
     settled,
     temperatures,
 )
+from labtools import runs_from_disk
 
 from conftest import ROOT, host_state, text
 
@@ -40,10 +42,10 @@ HOST = "dsv4-int-1"
 ROUTER = "http://127.0.0.1:27010"
 
 
-@pytest.mark.parametrize(("step", "task", "delay"), STEPS, ids=[s[0] for s in STEPS])
-def test_a_run_killed_at_a_step_is_repaired_by_the_next_run(host, cases, step, task, delay):
+@pytest.mark.parametrize(("step", "task"), STEPS, ids=[s[0] for s in STEPS])
+def test_a_run_killed_at_a_step_is_repaired_by_the_next_run(host, cases, step, task):
     case = cases()
-    out = run(change(case), fault=f"kill:{task}" + (f"@{delay}" if delay else ""))
+    out = run(change(case), fault=f"kill:{task}")
     assert out.returncode != 0 and "PLAY RECAP" not in out.stdout, step
     settled(host)
     left = host_state(host)
@@ -154,5 +156,40 @@ def test_a_controller_killed_right_after_the_drain_costs_capacity_no_longer_than
         time.sleep(2)
     assert "worker(s) back in rotation" in guard_said(host)
     assert pids(host_state(host)) == pids(before)
+    assert "sglang-dsv4-undrain-guard" not in host.check_output("systemctl list-timers --all --no-legend")
+    converges(host, change(case), *break_args(host))
+
+
+def test_a_controller_killed_between_the_drain_and_the_undrain_ends_in_rotation_by_the_hosts_guard(host, cases):
+    """SIGKILL while the restart's one call is between its drain and its undrain (the call ends there too): the host
+    runs the new settings, drained. Once the killed run's lease ends (set here to its end, as time would) the host's
+    guard puts the workers back on its own, within its next looks: in rotation, serving from the files on disk, with
+    the guard's message, and no run at all."""
+    case = cases()
+    before = host_state(host)
+    assert in_rotation(host, ROUTER)
+    out = run(change(case), fault=f"kill:{BEFORE_UNDRAIN}")
+    assert out.returncode != 0 and "PLAY RECAP" not in out.stdout
+    settled(host)
+    left = host_state(host)
+    assert host.file(DRAIN).exists and not in_rotation(host, ROUTER)
+    assert "sglang-dsv4-undrain-guard.timer" in host.check_output("systemctl list-timers --all --no-legend")
+    # Restarted from the new files before the kill: prefill and decode anew, the router not.
+    assert left["lock"] and runs_from_disk(left) == []
+    assert set(temperatures(left).values()) == {change(case)["sglang_genconfig_temperature"]}
+    assert pids(left)["prefill"] != pids(before)["prefill"] and pids(left)["decode"] != pids(before)["decode"]
+    assert pids(left)["router"] == pids(before)["router"]
+    host.run_test(
+        f"python3 -c \"import json; p='{LOCK}/owner.json'; o=json.load(open(p)); o['lease_until']=0;"
+        " json.dump(o, open(p, 'w'))\""
+    )
+    # The guard looks every 30 s: back within two looks and the balancer's notice.
+    deadline = time.monotonic() + 90
+    while not in_rotation(host, ROUTER):
+        assert time.monotonic() < deadline, f"the guard did not put the host back: {guard_said(host)}"
+        time.sleep(2)
+    assert "worker(s) back in rotation" in guard_said(host)
+    after = host_state(host)
+    assert runs_from_disk(after) == [] and pids(after) == pids(left)
     assert "sglang-dsv4-undrain-guard" not in host.check_output("systemctl list-timers --all --no-legend")
     converges(host, change(case), *break_args(host))

@@ -10,7 +10,7 @@ ACTION is
 TASK is the task's name (exact), #N its N-th start in the run (default: the first). TASK>POINT is a point inside
 the host-side call the task makes (module_utils/sglang_lab_fault.py): the module fails there, or waits SECONDS
 there; for kill it tells this plugin it got there (a connection to a loopback port the plugin listens on: the lab
-hosts share this machine's network), waits, and the plugin kills the controller then, while the call is there.
+hosts share this machine's network), the plugin kills the controller then, and the call ends at that point too.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class CallbackModule(CallbackBase):
             # Inside the task's host-side call: the module takes it as its lab_fault option.
             fault = {"point": point, "action": action, "seconds": seconds, "label": f"{name}>{point}"}
             if action == "kill":
-                fault.update(action="pause", seconds=seconds or 5, notify=self._listen())
+                fault.update(seconds=seconds or 2, notify=self._listen())
             task.args["lab_fault"] = fault
         elif action == "fail":
             task.action = "ansible.builtin.fail"

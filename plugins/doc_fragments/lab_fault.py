@@ -1,0 +1,17 @@
+"""The lab_fault option of the rollout's folded host-side calls (module_utils/sglang_lab_fault.py): a lab tool."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  lab_fault:
+    description:
+      - LAB TOOL (the rollout fault matrix, module_utils/sglang_lab_fault.py), set only by the lab's fault injector
+        (molecule/shared/fault_plugins/lab_fault.py). C(point) (one of the module's points), C(action) (C(fail),
+        C(pause) or C(kill)), C(seconds) (of a pause, or before a killed call ends), C(label) (for the message),
+        C(notify) (the injector's loopback C(HOST:PORT), told when the point is reached).
+      - Refused, before anything changes, on a host that is not a lab host (no C(/etc/sglang-dsv4-lab-host)).
+    type: dict
+"""
