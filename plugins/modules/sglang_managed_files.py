@@ -34,6 +34,20 @@ options:
   into:
     description: Write each file into this folder under the last part of its path instead (staging).
     type: path
+  release:
+    description:
+      - The rollout lock to release once every file is written (C(path), C(run_id)), in the same call; only a lock
+        this run holds is removed. The rollout's close (the result of a host's apply, then the lock).
+    type: dict
+    suboptions:
+      path:
+        description: The lock folder.
+        type: path
+        required: true
+      run_id:
+        description: This run's id.
+        type: str
+        required: true
 attributes:
   check_mode:
     description: Reports what it would write and remove, and changes nothing.
@@ -51,6 +65,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+released:
+  description: Whether O(release) removed this run's lock.
+  returned: always
+  type: bool
 written:
   description: The paths written (or, in check mode, that would be).
   returned: always
@@ -158,7 +176,9 @@ def write(module) -> None:
             if not module.check_mode:
                 write_atomic(path, str(content), mode=mode)
                 os.chown(path, 0, 0)
-    module.exit_json(changed=bool(written or removed or made), written=written, removed=removed)
+    release = module.params["release"]
+    released = bool(release) and not module.check_mode and sglang_lock.release(release["path"], release["run_id"])
+    module.exit_json(changed=bool(written or removed or made), written=written, removed=removed, released=released)
 
 
 def main() -> None:
@@ -167,6 +187,10 @@ def main() -> None:
             "files": {"type": "list", "elements": "dict", "required": True},
             "directories": {"type": "list", "elements": "dict", "default": []},
             "into": {"type": "path"},
+            "release": {
+                "type": "dict",
+                "options": {"path": {"type": "path", "required": True}, "run_id": {"type": "str", "required": True}},
+            },
             "fence": {"type": "dict"},
         },
         supports_check_mode=True,
