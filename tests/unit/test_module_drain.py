@@ -1,4 +1,4 @@
-"""The drain's reading of the servers' load (module_utils/sglang_drain.py): SGLang's gauges summed, a silent server idle."""
+"""The drain's reading of the servers' load (module_utils/sglang_drain.py): the gauges summed, a silent server idle."""
 
 from __future__ import annotations
 
