@@ -41,6 +41,9 @@ AFTER_DRAIN = f"{RESTART}>after_drain"
 # Restarted from the new files, still drained: a kill there leaves the host's guard to put it back.
 BEFORE_UNDRAIN = f"{RESTART}>before_undrain"
 
+# The verification's one call (module sglang_ask): ready, read, ask, judge, and the apply's close when nothing follows.
+VERIFY = "Ask the router, and read both servers when the verification asks"
+
 # Each step of the apply, as the task that starts right after it (or is it, for the restart and the verification).
 STEPS = [
     # Points inside the apply's first call (module sglang_rollout_open: lock, snapshot, read under the lock).
@@ -53,7 +56,9 @@ STEPS = [
     ("after the drain", AFTER_DRAIN),
     ("at the restart request", f"{RESTART}>at_restart"),
     ("before the undrain", BEFORE_UNDRAIN),
-    ("during the verification", "Ask the router, and read both servers when the verification asks"),
+    ("during the verification", VERIFY),
+    # Inside the verification's call: proven, not yet closed (its result and the release of the lock).
+    ("before the close", f"{VERIFY}>before_close"),
 ]
 
 

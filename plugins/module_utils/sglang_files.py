@@ -167,3 +167,20 @@ def _readable_by(info: os.stat_result, uid: int) -> bool:
     if uid == 0 or info.st_mode & stat.S_IROTH:
         return True
     return info.st_uid == uid and bool(info.st_mode & stat.S_IRUSR)
+
+
+def unsafe_folder(path: str) -> str | None:
+    """Why root must not write into this folder, or None."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a folder (mode {stat.filemode(info.st_mode)})"
+    if info.st_uid != 0:
+        return f"{path} is owned by uid {info.st_uid}, not root"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+    return None

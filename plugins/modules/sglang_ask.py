@@ -16,7 +16,15 @@ description:
     _SYSTEMD_INVOCATION_ID=)). A server whose C(/server_info) does not answer 200 fails the call, naming it.
   - Then every question as a client sends it (the served model, one user message, C(max_tokens), and a
     temperature only where the question gives one), all at once through the router, answers in question order.
-  - Changes nothing; runs in check mode too.
+  - With O(judge), judges the answers as the verification does (module_utils/sglang_verdict.py) and fails, naming
+    every failure, when the host is not proven.
+  - With O(close) as well, and only once the host is proven, closes the host's apply in the same call (this run's
+    result for the monitoring, then the release of this run's rollout lock, module_utils/sglang_close.py), both
+    under the fence. A host that is not proven keeps the lock for its rollback.
+  - Changes nothing else; runs in check mode too (where it never closes).
+extends_documentation_fragment:
+  - dsv4.sglang.fence
+  - dsv4.sglang.lab_fault
 options:
   servers:
     description: Servers to read, each C(name) (its unit) and C(health_url) (C(/health); C(/server_info) is beside it).
@@ -58,6 +66,16 @@ options:
     description: The units' start timeout (TimeoutStartSec), in seconds, that bounds the wait for O(ready).
     type: int
     default: 600
+  judge:
+    description: Judge the answers as the verification does (the questions are the verification's, the last one at
+      temperature 0). C(managed) (the sampling defaults the servers must have logged), C(requests) (how many chat
+      questions leave sampling to the server), C(max_repetition), C(host) (the inventory name, for the messages).
+    type: dict
+  close:
+    description: Close the host's apply once it is proven (needs O(judge)). C(status_dir) (where the result goes),
+      C(result) (this run's result, the host's time added), C(lock) (C(path) and C(run_id) of the lock to release).
+      The lab fault point C(before_close) is between the verdict and the close.
+    type: dict
   generation_config:
     description: The model's generation_config.json; with O(servers), its sampling keys are returned as
       C(file_sampling), what each server's logged defaults must equal exactly (no other key).
@@ -78,6 +96,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+failures:
+  description: What the judgement found wrong (empty when the host is proven, or without O(judge)).
+  returned: always
+  type: list
+closed:
+  description: The close's C(result_file) and C(released) (whether this run's lock was released), or null.
+  returned: always
+  type: dict
 modes:
   description: Per server, the C(sampling_defaults) its C(/server_info) reports.
   returned: always
@@ -105,7 +131,13 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_probe, sglang_ready
+from ansible_collections.dsv4.sglang.plugins.module_utils import (
+    sglang_close,
+    sglang_lab_fault,
+    sglang_probe,
+    sglang_ready,
+    sglang_verdict,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
@@ -153,24 +185,17 @@ def ask_all(url: str, key: str, timeout: int, bodies: list[dict]) -> list[dict]:
         return list(pool.map(lambda body: answer(url, key, timeout, body), bodies))
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "servers": {"type": "list", "elements": "dict", "default": []},
-            "router_url": {"type": "str", "required": True},
-            "model": {"type": "str", "required": True},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "questions": {"type": "list", "elements": "raw", "default": []},
-            # Not a secret: the number of tokens an answer may have.
-            "max_tokens": {"type": "int", "default": 64, "no_log": False},
-            "timeout": {"type": "int", "default": 120},
-            "ready": {"type": "list", "elements": "dict", "default": []},
-            "ready_timeout": {"type": "int", "default": 600},
-            "generation_config": {"type": "path"},
-        },
-        supports_check_mode=True,
-    )
+POINTS = ("before_close",)
+
+
+def ask(module: AnsibleModule) -> None:
+    """Wait, read, ask, judge and close, as the options say; exits through the module."""
     p = module.params
+    if p["close"] and not p["judge"]:
+        module.fail_json(msg="close needs judge: an apply is closed only once its host is proven")
+    refused = sglang_lab_fault.refused(p["lab_fault"], POINTS)
+    if refused:
+        module.fail_json(msg=f"{refused}; nothing was asked")
     ready = sglang_ready.wait_ready(module.run_command, p["ready"], p["ready_timeout"], sglang_ready.MARGIN, [])
     if ready["failure"]:
         module.fail_json(msg=ready["failure"], ready=ready)
@@ -186,9 +211,40 @@ def main() -> None:
     url = p["router_url"].rstrip("/") + "/v1/chat/completions"
     bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]]
     answers = ask_all(url, p["api_key"], p["timeout"], bodies)
-    module.exit_json(
-        changed=False, ready=ready, modes=modes, logged=logged, file_sampling=file_sampling, answers=answers
+    asked = {"ready": ready, "modes": modes, "logged": logged, "file_sampling": file_sampling, "answers": answers}
+    failures = sglang_verdict.failures(asked, p["judge"], p["router_url"]) if p["judge"] else []
+    if failures:
+        # Not proven: the lock stays with this run, for its rollback.
+        module.fail_json(msg=" ".join(failures), failures=failures, closed=None, **asked)
+    closed = None
+    if p["close"] and not module.check_mode:
+        sglang_lab_fault.at(p["lab_fault"], "before_close", lambda msg: module.fail_json(msg=msg, **asked))
+        closed = sglang_close.close(module, p["close"])
+    module.exit_json(changed=bool(closed), failures=[], closed=closed, **asked)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "servers": {"type": "list", "elements": "dict", "default": []},
+            "router_url": {"type": "str", "required": True},
+            "model": {"type": "str", "required": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "questions": {"type": "list", "elements": "raw", "default": []},
+            # Not a secret: the number of tokens an answer may have.
+            "max_tokens": {"type": "int", "default": 64, "no_log": False},
+            "timeout": {"type": "int", "default": 120},
+            "ready": {"type": "list", "elements": "dict", "default": []},
+            "ready_timeout": {"type": "int", "default": 600},
+            "generation_config": {"type": "path"},
+            "judge": {"type": "dict"},
+            "close": {"type": "dict"},
+            "fence": {"type": "dict"},
+            "lab_fault": {"type": "dict"},
+        },
+        supports_check_mode=True,
     )
+    ask(module)
 
 
 if __name__ == "__main__":

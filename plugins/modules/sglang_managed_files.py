@@ -89,25 +89,9 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     UnsafeFileError,
     read_regular,
+    unsafe_folder,
     write_atomic,
 )
-
-
-def unsafe_folder(path: str) -> str | None:
-    """Why root must not write into this folder, or None."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return f"{path} does not exist"
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link"
-    if not stat.S_ISDIR(info.st_mode):
-        return f"{path} is not a folder (mode {stat.filemode(info.st_mode)})"
-    if info.st_uid != 0:
-        return f"{path} is owned by uid {info.st_uid}, not root"
-    if info.st_mode & 0o022:
-        return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
-    return None
 
 
 def is_right(path: str, content: str, mode: int) -> bool:
@@ -176,7 +160,7 @@ def write(module) -> None:
             if not module.check_mode:
                 write_atomic(path, str(content), mode=mode)
                 os.chown(path, 0, 0)
-    release = module.params["release"]
+    release = module.params.get("release")
     released = bool(release) and not module.check_mode and sglang_lock.release(release["path"], release["run_id"])
     module.exit_json(changed=bool(written or removed or made), written=written, removed=removed, released=released)
 

@@ -7,10 +7,10 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
 
 
 def test_repetition_is_zero_for_varied_text_and_high_for_a_loop():
-    assert f.sglang_repetition("the quick brown fox jumps over the lazy dog") == 0.0
-    assert f.sglang_repetition("a b c " * 20) > 0.9
-    assert f.sglang_repetition("") == 0.0
-    assert f.sglang_repetition("one two") == 0.0
+    assert f.FilterModule().filters()["sglang_repetition"]("the quick brown fox jumps over the lazy dog") == 0.0
+    assert f.FilterModule().filters()["sglang_repetition"]("a b c " * 20) > 0.9
+    assert f.FilterModule().filters()["sglang_repetition"]("") == 0.0
+    assert f.FilterModule().filters()["sglang_repetition"]("one two") == 0.0
 
 
 def test_startup_defaults_takes_the_last_line():

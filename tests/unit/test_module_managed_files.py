@@ -135,3 +135,19 @@ def test_a_folder_is_never_made_under_a_planted_parent(folder):
     os.chmod(folder / "open", 0o777)  # noqa: S103 - the planted parent the module must refuse
     assert "refusing to make" in refused(files=[], directories=[{"path": str(folder / "open/a/b"), "mode": "0755"}])
     assert not (folder / "open/a").exists()
+
+
+def test_the_release_after_the_write_removes_only_this_runs_lock(folder):
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
+
+    (folder / "run").mkdir(mode=0o755)
+    lock = str(folder / "run" / "deploy")
+    assert sglang_lock.acquire(lock, "other-run", "bob@ctl", 600)[0]
+    files = [{"path": str(folder / "rollout.json"), "mode": "0644", "content": "{}"}]
+    result = run(files=files, release={"path": lock, "run_id": "this-run"})
+    assert result["written"] == [files[0]["path"]] and result["released"] is False
+    assert sglang_lock.inspect(lock)["run_id"] == "other-run"
+    sglang_lock.release(lock, "other-run")
+    assert sglang_lock.acquire(lock, "this-run", "root@ctl", 600)[0]
+    assert run(files=files, release={"path": lock, "run_id": "this-run"})["released"] is True
+    assert sglang_lock.inspect(lock) is None

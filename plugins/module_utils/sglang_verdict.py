@@ -1,0 +1,80 @@
+"""The verification's judgement of what a host answered (module sglang_ask's `judge`, the sglang_verify role).
+
+Judged in the call that asked, so that the call that proves a host can also close its apply (its result, then the
+rollout lock) only when the proof holds. Every check of the verification, each failure one sentence naming the
+server or the router, the host and what was seen:
+- both servers run with `--sampling-defaults model` (their /server_info);
+- each server's current start logged exactly the expected defaults: every managed value, and no sampling key that
+  generation_config.json does not hold (module_utils/sglang_sampling_defaults.py);
+- the router answered every chat request 200, the answers finished normally, differ from each other (identical
+  answers mean greedy decoding) and stay under the repetition limit. The last answer (temperature 0) is only reported.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import defaults_errors
+
+
+def repetition(text: str, n: int = 3) -> float:
+    """Share of the text's word n-grams that repeat an earlier one: 0 for varied text, near 1 for a loop."""
+    words = str(text).split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return 0.0
+    return round(1 - len(set(grams)) / len(grams), 3)
+
+
+def defaults_failures(asked: dict[str, Any], managed: dict[str, Any], host: str) -> list[str]:
+    """The servers that do not run with the model's defaults, or did not log exactly the expected ones."""
+    failures = [
+        f"{name} on {host} runs with sampling_defaults={mode}: it ignores generation_config.json."
+        for name, mode in asked["modes"].items()
+        if mode != "model"
+    ]
+    on_disk = asked.get("file_sampling")
+    for name, logged in asked["logged"].items():
+        wrong = defaults_errors(managed, logged, on_disk)
+        if wrong:
+            others = f" and the other sampling keys of the file ({json.dumps(on_disk)})" if on_disk else ""
+            failures.append(
+                f"{name} on {host} logged {logged if logged is not None else 'no defaults line'} at its current"
+                f" start; expected exactly {managed}{others}: {'; '.join(wrong)}."
+            )
+    return failures
+
+
+def answers_failures(
+    answers: list[dict[str, Any]], requests: int, max_repetition: float, host: str, router_url: str
+) -> list[str]:
+    """What is wrong with the router's answers to the chat requests (all but the last, temperature 0, answer)."""
+    chat = answers[:-1]
+    statuses = [a["status"] for a in chat]
+    if set(statuses) != {200}:
+        messages = "; ".join(dict.fromkeys(str(a.get("msg")) for a in chat))
+        return [f"The router at {router_url} on {host} answered {statuses} to the chat requests ({messages})."]
+    texts = [str(a.get("content")) for a in chat]
+    finish = [a.get("finish_reason") for a in chat]
+    shares = [repetition(text) for text in texts]
+    if (
+        set(finish) - {"stop", "length"}
+        or (requests >= 2 and len(set(texts)) < 2)
+        or (shares and max(shares) > max_repetition)
+    ):
+        return [
+            f"On {host}: {len(set(texts))} different answers to {requests} identical requests (identical answers"
+            f" mean greedy decoding), finish reasons {finish}, repeated 3-gram shares {shares}"
+            f" (limit sglang_verify_max_repetition={max_repetition})."
+        ]
+    return []
+
+
+def failures(asked: dict[str, Any], judge: dict[str, Any], router_url: str) -> list[str]:
+    """Every failure of the verification of what `asked` holds (module sglang_ask's result), in the order the
+    verification states them; empty when the host is proven."""
+    host = judge["host"]
+    return defaults_failures(asked, judge["managed"], host) + answers_failures(
+        asked["answers"], int(judge["requests"]), float(judge["max_repetition"]), host, router_url
+    )
