@@ -98,7 +98,7 @@ options:
         type: int
         default: 10
       guard:
-        description: The host's own guard, armed with the drain (see M(dsv4.sglang.sglang_drain)'s O(guard)).
+        description: The host's own guard, armed with the drain (see the option O(dsv4.sglang.sglang_drain#module:guard)).
         type: dict
   timeout:
     description: The services' start timeout (TimeoutStartSec), in seconds; also the undrain's wait.
