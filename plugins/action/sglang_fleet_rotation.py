@@ -31,7 +31,7 @@ from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import
 
 # The helper-set modules in_rotation needs, in import order (each imports only the ones before it; sglang_rotation
 # imports sglang_records only where its guard needs it).
-PAYLOAD = ("sglang_files", "sglang_rotation")
+PAYLOAD = ("sglang_systemd", "sglang_files", "sglang_rotation")
 MARK = "sglang-dsv4-in-rotation:"
 # Connections Ansible names differently but that run the ssh client.
 SSH_LIKE = {"smart": "ssh"}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
+
 Run = Callable[[list], tuple]
 
 COMMAND_TIMEOUT = 15
@@ -39,11 +41,7 @@ def bounded(run: Run, argv: list[str], seconds: int | None = None) -> tuple[int,
 
 def systemd_units(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
     """One `systemctl show` for every unit: each unit's PROPERTIES by its id (NAME.service)."""
-    rc, out, err = bounded(run, ["systemctl", "show", *names, *(f"--property={p}" for p in PROPERTIES)])
+    rc, out, err = bounded(run, sglang_systemd.show_argv(names, PROPERTIES))
     if rc != 0:
         raise CommandError(f"systemctl show failed: {err.strip()}")
-    units: dict[str, dict[str, str]] = {}
-    for block in out.strip().split("\n\n"):
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        units[props.get("Id", "")] = props
-    return units
+    return sglang_systemd.units(out)

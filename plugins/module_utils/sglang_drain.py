@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http, sglang_lock, sglang_rotation
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_http, sglang_lock, sglang_ready, sglang_rotation
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import running_key
 
 # SGLang 0.5.23's load gauges (srt/observability/metrics_collector.py): what a server still has to finish.
@@ -98,11 +98,6 @@ def guard_settings(p: dict[str, Any], pending: dict | None) -> dict | None:
             for unit in p["guard"]["units"]
         ],
     }
-
-
-def installed(module: Any, unit: str) -> bool:
-    _rc, out, _err = module.run_command(["systemctl", "show", unit, "--property=LoadState"])
-    return out.strip() != "LoadState=not-found"
 
 
 def listed_workers(router: str, key: str) -> list[dict] | None:
@@ -272,7 +267,7 @@ def restore(module: Any, p: dict[str, Any]) -> dict[str, Any]:
     if module.check_mode:
         return {"changed": True, "seconds": 0.0, "workers": workers}
     sglang_lock.fenced(module)
-    if p["router_unit"] and not installed(module, p["router_unit"]):
+    if p["router_unit"] and not sglang_ready.installed(module.run_command, p["router_unit"]):
         os.unlink(p["state_file"])
         sglang_rotation.disarm()
         return {"changed": True, "seconds": 0.0, "workers": [], "no_router": True}

@@ -19,18 +19,20 @@ except ImportError:  # on a host, installed beside it (the helper set, plugin_ut
     from sglang_files import load, read_status  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as defaults
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
 except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
     import sglang_sampling_defaults as defaults  # type: ignore[no-redef]
+    import sglang_systemd  # type: ignore[no-redef]
 
 
 def _unit_state(unit: str) -> dict[str, str]:
     out = subprocess.run(
-        ["systemctl", "show", "--timestamp=unix", "-p", "ActiveState,InvocationID,ExecMainStartTimestamp", unit],
+        sglang_systemd.show_argv([unit], ("ActiveState", "InvocationID", "ExecMainStartTimestamp"), "unix"),
         capture_output=True,
         text=True,
         check=False,
     ).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return sglang_systemd.properties(out)
 
 
 def _journal(invocation: str) -> str:

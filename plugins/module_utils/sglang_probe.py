@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run, bounded
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import startup_defaults
@@ -44,8 +45,8 @@ def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tu
 
 def current_invocation(run: Run, unit: str) -> str:
     """The invocation id of the unit's current start ('' when it has none)."""
-    rc, out, _err = bounded(run, ["systemctl", "show", "-P", "InvocationID", f"{unit}.service"])
-    return out.strip() if rc == 0 else ""
+    rc, out, _err = bounded(run, sglang_systemd.show_argv([f"{unit}.service"], ["InvocationID"]))
+    return sglang_systemd.properties(out).get("InvocationID", "") if rc == 0 else ""
 
 
 def logged_defaults(run: Run, invocation: str) -> dict[str, Any] | None:

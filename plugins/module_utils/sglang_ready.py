@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact, secrets_of
@@ -24,8 +25,8 @@ PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMono
 
 
 def unit_props(run: Run, name: str) -> dict[str, str]:
-    _unused, out, _unused2 = run(["systemctl", "show", name, *(f"--property={p}" for p in PROPERTIES)])
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    _unused, out, _unused2 = run(sglang_systemd.show_argv([name], PROPERTIES))
+    return sglang_systemd.properties(out)
 
 
 def installed(run: Run, name: str) -> bool:

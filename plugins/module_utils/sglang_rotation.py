@@ -22,8 +22,10 @@ import urllib.parse
 from typing import Any
 
 try:  # in a module (Ansiballz) and on the controller
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular, write_atomic
 except ImportError:  # on a host, installed beside it (the helper set, plugin_utils/sglang_programs.py)
+    import sglang_systemd  # type: ignore[no-redef]
     from sglang_files import read_regular, write_atomic  # type: ignore[no-redef]
 
 # The transient timer (and its service) a drain arms; seconds between two looks of the guard.
@@ -72,8 +74,8 @@ def systemctl(*args: str) -> tuple[int, str]:
 
 def invocation(unit: str) -> tuple[str, str]:
     """(ActiveState, InvocationID) of a unit."""
-    _rc, out = systemctl("show", unit, "--property=ActiveState", "--property=InvocationID")
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    _rc, out = systemctl(*sglang_systemd.show_argv([unit], ("ActiveState", "InvocationID"))[1:])
+    props = sglang_systemd.properties(out)
     return props.get("ActiveState", ""), props.get("InvocationID", "")
 
 

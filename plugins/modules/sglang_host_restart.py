@@ -98,7 +98,8 @@ options:
         type: int
         default: 10
       guard:
-        description: The host's own guard, armed with the drain (see the option O(dsv4.sglang.sglang_drain#module:guard)).
+        description: The host's own guard, armed with the drain (as the option
+          O(dsv4.sglang.sglang_drain#module:guard) is).
         type: dict
   timeout:
     description: The services' start timeout (TimeoutStartSec), in seconds; also the undrain's wait.

@@ -15,6 +15,7 @@ HOST_PROGRAMS = COLLECTION / "host/programs"
 MODULE_UTILS = COLLECTION / "plugins/module_utils"
 # The helper set: the helper's command line and, beside it on the host, the modules it imports.
 HELPER_MODULES = (
+    "sglang_systemd.py",
     "sglang_files.py",
     "sglang_sampling_defaults.py",
     "sglang_records.py",

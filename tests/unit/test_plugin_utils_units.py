@@ -153,6 +153,7 @@ def test_inputs_are_what_each_service_starts_from():
         f"/usr/local/libexec/sglang-dsv4/{name}.py"
         for name in (
             "sglang_helper",
+            "sglang_systemd",
             "sglang_files",
             "sglang_sampling_defaults",
             "sglang_records",
