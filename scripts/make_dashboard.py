@@ -23,9 +23,9 @@ def quantile(q: str, metric: str, by: str = "host") -> str:
     return f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{{{S}}}[{RATE}])))"
 
 
-# Inference routes of the router, and those where SGLang applies no model sampling defaults.
+# Inference routes of the router, and the one the managed sampling defaults do not reach (the guide's route table).
 INFERENCE = "/v1/chat/completions|/v1/responses|/v1/completions|/generate"
-UNCOVERED = "/v1/completions|/generate"
+UNCOVERED = "/v1/completions"
 # (row title, [(panel title, unit, [(query, legend)])])
 ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
     (
@@ -37,11 +37,11 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 [(f"sum by (host) (rate(smg_router_requests_total{{{S}}}[{RATE}]))", "{{host}}")],
             ),
             (
-                # SGLang 0.5.23 applies generation_config.json's defaults to /v1/chat/completions and /v1/responses
-                # only: /v1/completions and /generate keep temperature 1.0. The router counts requests per route.
-                # A chat request that sends temperature 0 itself is not visible here (the router does not label
-                # requests by their body).
-                "Share of requests on routes the model's sampling defaults do not cover",
+                # SGLang 0.5.23 applies generation_config.json's defaults to /v1/chat/completions and /v1/responses,
+                # and /generate gets the same through --preferred-sampling-params: /v1/completions alone keeps
+                # temperature 1.0. The router counts requests per route. A request that sends temperature 0 itself
+                # is not visible here (the router does not label requests by their body).
+                "Share of requests on the route the managed sampling defaults do not cover (/v1/completions)",
                 "percentunit",
                 [
                     (

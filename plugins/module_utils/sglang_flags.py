@@ -13,12 +13,33 @@ parsers, aliases included, by tests/contract (sglang 0.5.23 `ServerArgs.add_cli_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 # The address the servers always listen on, and the router and its metrics unless their topology entry says otherwise.
 LOCAL_HOST = "127.0.0.1"
+# The managed sampling defaults as --preferred-sampling-params takes them (JSON), from the file sglang_genconfig
+# writes beside the env files (the layout's sampling_env): systemd expands the variable into one argument, so a
+# change of the defaults changes that file and the generation config, never a unit.
+PREFERRED_ENV = "SGLANG_DSV4_PREFERRED_SAMPLING_PARAMS"
+PREFERRED_WORD = "${" + PREFERRED_ENV + "}"
+
+
+def preferred_sampling_params(sampling: dict[str, Any]) -> str:
+    """The JSON --preferred-sampling-params gets: every managed sampling default that is set (null: left alone)."""
+    return json.dumps({key: value for key, value in sorted(sampling.items()) if value is not None})
+
+
+def preferred_sampling_env(sampling: dict[str, Any]) -> str:
+    """The text of the sampling env file: one variable, its JSON single-quoted (systemd keeps it verbatim)."""
+    return (
+        "# Written by sglang_genconfig: the managed sampling defaults as SGLang's --preferred-sampling-params takes\n"
+        "# them (native /generate uses them for every key a request leaves out). Both servers start from it.\n"
+        f"{PREFERRED_ENV}='{preferred_sampling_params(sampling)}'\n"
+    )
+
 
 # (service settings, rendering settings) -> the words after the option, or None.
 Render = Callable[..., Any]
@@ -98,6 +119,13 @@ SERVER_FLAGS: tuple[Flag, ...] = (
     ),
     # The monitoring scrapes the servers' /metrics.
     Flag("--enable-metrics", "the collection (the monitoring scrapes /metrics)", _switch),
+    # Native /generate never reads generation_config.json; SGLang merges these under the keys a request leaves out
+    # (tokenizer_manager: {**preferred, **obj.sampling_params}). Inert on the OpenAI routes, which fill every key.
+    Flag(
+        "--preferred-sampling-params",
+        "sglang_genconfig_temperature and the other sglang_genconfig_* sampling defaults",
+        lambda svc, st: [PREFERRED_WORD],
+    ),
 )
 
 ROUTER_FLAGS: tuple[Flag, ...] = (

@@ -11,7 +11,7 @@ import os
 import pwd
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_probe
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_probe, sglang_verdict
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import CommandError, systemd_units
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
     KEYED,
@@ -94,9 +94,18 @@ def light_proof(
             continue
         if group != "servers":
             continue
-        mode, why = sglang_probe.sampling_mode(unit["health_url"], api_key)
+        served, why = sglang_probe.served_with(unit["health_url"], api_key)
+        mode = (served or {}).get("sampling_defaults")
         if mode != "model":
             failures[group].append(f"{name}: /server_info says sampling_defaults={mode}" + (f" ({why})" if why else ""))
+            continue
+        # Native /generate: the same defaults, as --preferred-sampling-params (the verification holds them exactly).
+        managed = {key: value for key, value in expected.items() if value is not None}
+        preferred = served.get("preferred_sampling_params")
+        if sglang_verdict.generate_failures({"preferred": {name: preferred}}, managed, "this host", ""):
+            failures[group].append(
+                f"{name}: /server_info says preferred_sampling_params={preferred}, expected {managed}"
+            )
             continue
         logged = sglang_probe.logged_defaults(module.run_command, state[name].get("invocation"))
         wrong = defaults_errors(expected, logged, on_disk)

@@ -30,6 +30,13 @@ def server_info_url(health_url: str) -> str:
 
 def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:
     """(the server's sampling_defaults mode, None) or (None, why it could not be read)."""
+    served, why = served_with(health_url, key, timeout)
+    return (served or {}).get("sampling_defaults"), why
+
+
+def served_with(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[dict[str, Any] | None, str | None]:
+    """What the server says it runs with, from its /server_info: its `sampling_defaults` mode and its
+    `preferred_sampling_params` (the defaults of native /generate, an object or null); or (None, why not)."""
     url = server_info_url(health_url)
     status, message, body = call(url, key=key, timeout=timeout)
     if status != 200:
@@ -40,7 +47,7 @@ def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tu
         info = None
     if not isinstance(info, dict):
         return None, f"{url} did not answer a JSON object"
-    return info.get("sampling_defaults"), None
+    return {key: info.get(key) for key in ("sampling_defaults", "preferred_sampling_params")}, None
 
 
 def current_invocation(run: Run, unit: str) -> str:

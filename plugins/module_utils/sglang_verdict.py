@@ -7,7 +7,10 @@ server or the router, the host and what was seen:
 - each server's current start logged exactly the expected defaults: every managed value, and no sampling key that
   generation_config.json does not hold (module_utils/sglang_sampling_defaults.py);
 - the router answered every chat request 200, the answers finished normally, differ from each other (identical
-  answers mean greedy decoding) and stay under the repetition limit. The last answer (temperature 0) is only reported.
+  answers mean greedy decoding) and stay under the repetition limit. The last answer (temperature 0) is only reported;
+- native /generate gets the same defaults: each server's /server_info reports exactly the managed ones as its
+  preferred_sampling_params, the router answered a /generate request that left them out, and where the server
+  reports the sampling it resolved for it (the lab stand-in does), that holds every managed value.
 """
 
 from __future__ import annotations
@@ -71,10 +74,54 @@ def answers_failures(
     return []
 
 
+def _same(value: Any, want: Any) -> bool:
+    """Equal as numbers where both are numbers (0.6 from JSON and 0.6 from YAML), else equal."""
+    try:
+        return float(value) == float(want)
+    except (TypeError, ValueError):
+        return value == want
+
+
+def generate_failures(asked: dict[str, Any], managed: dict[str, Any], host: str, router_url: str) -> list[str]:
+    """What keeps native /generate from the managed defaults: a server whose preferred_sampling_params differ from
+    them, a router that did not answer /generate, or a resolution the server reports that differs."""
+    failures = []
+    for name, preferred in (asked.get("preferred") or {}).items():
+        if (
+            not isinstance(preferred, dict)
+            or set(preferred) != set(managed)
+            or not all(_same(preferred[key], managed[key]) for key in managed)
+        ):
+            failures.append(
+                f"{name} on {host} runs with preferred_sampling_params={json.dumps(preferred)}; expected exactly"
+                f" {json.dumps(managed, sort_keys=True)}: native /generate would sample with other defaults than the"
+                " chat routes (its --preferred-sampling-params come from the layout's sampling.env)."
+            )
+    generated = asked.get("generated")
+    if generated is None:
+        return failures
+    if generated["status"] != 200:
+        failures.append(
+            f"The router at {router_url} on {host} answered {generated['status']} to a /generate request without"
+            f" sampling parameters ({generated.get('msg')})."
+        )
+    elif isinstance(generated.get("resolved"), dict):
+        resolved = generated["resolved"]
+        wrong = sorted(key for key in managed if not _same(resolved.get(key), managed[key]))
+        if wrong:
+            failures.append(
+                f"On {host}, a /generate request without sampling parameters was sampled with {json.dumps(resolved)}:"
+                f" {', '.join(f'{key}={resolved.get(key)!r}, expected {managed[key]!r}' for key in wrong)}."
+            )
+    return failures
+
+
 def failures(asked: dict[str, Any], judge: dict[str, Any], router_url: str) -> list[str]:
     """Every failure of the verification of what `asked` holds (module sglang_ask's result), in the order the
     verification states them; empty when the host is proven."""
     host = judge["host"]
-    return defaults_failures(asked, judge["managed"], host) + answers_failures(
-        asked["answers"], int(judge["requests"]), float(judge["max_repetition"]), host, router_url
+    return (
+        defaults_failures(asked, judge["managed"], host)
+        + answers_failures(asked["answers"], int(judge["requests"]), float(judge["max_repetition"]), host, router_url)
+        + generate_failures(asked, judge["managed"], host, router_url)
     )

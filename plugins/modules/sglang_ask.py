@@ -11,7 +11,8 @@ description:
   - With O(ready), first waits until each of those units is active and running and its URL answers 200, within
     O(ready_timeout) and 15 seconds (the restart's own wait, module_utils/sglang_ready.py); a unit that failed, or
     did not get ready in time, fails the call naming it (its journal quoted, keys masked) and nothing is asked.
-  - For each of C(servers), its C(/server_info) (only C(sampling_defaults) is returned; the rest holds the API key)
+  - For each of C(servers), its C(/server_info) (only C(sampling_defaults) and C(preferred_sampling_params) are
+    returned; the rest holds the API key)
     and the C(Using default chat sampling params) line its current invocation logged (C(journalctl
     _SYSTEMD_INVOCATION_ID=)). A server whose C(/server_info) does not answer 200 fails the call, naming it.
   - Then every question as a client sends it (the served model, one user message, C(max_tokens), and a
@@ -66,6 +67,11 @@ options:
     description: The units' start timeout (TimeoutStartSec), in seconds, that bounds the wait for O(ready).
     type: int
     default: 600
+  generate:
+    description: Also send one native C(/generate) request through the router that leaves every sampling default to
+      the server (C(prompt), and C(max_new_tokens), the only sampling parameter it sets); its status, and the sampling
+      the server resolved where it reports it (the lab stand-in does), are returned as C(generated).
+    type: dict
   judge:
     description: Judge the answers as the verification does (the questions are the verification's, the last one at
       temperature 0). C(managed) (the sampling defaults the servers must have logged), C(requests) (how many chat
@@ -108,6 +114,16 @@ modes:
   description: Per server, the C(sampling_defaults) its C(/server_info) reports.
   returned: always
   type: dict
+preferred:
+  description: Per server, the C(preferred_sampling_params) its C(/server_info) reports (the defaults of native
+    C(/generate)), or null.
+  returned: always
+  type: dict
+generated:
+  description: With O(generate), the C(/generate) answer's C(status), C(msg) and C(resolved) (the sampling the server
+    resolved, where it reports it; else null); null without.
+  returned: always
+  type: dict
 ready:
   description: The wait for O(ready) - C(units) (per unit, its last ActiveState/SubState and URL status), C(waited)
     (seconds) and C(failure) (null, or why it failed).
@@ -146,12 +162,13 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
 MAX_PARALLEL = 16
 
 
-def server_mode(module: AnsibleModule, server: dict) -> str | None:
-    """The server's own answer: /server_info's sampling_defaults (module_utils/sglang_probe.py)."""
-    mode, why = sglang_probe.sampling_mode(server["health_url"], module.params["api_key"])
+def served_with(module: AnsibleModule, server: dict) -> dict:
+    """The server's own answer: /server_info's sampling_defaults and preferred_sampling_params
+    (module_utils/sglang_probe.py)."""
+    served, why = sglang_probe.served_with(server["health_url"], module.params["api_key"])
     if why:
         module.fail_json(msg=f"{server['name']}: {why}")
-    return mode
+    return served
 
 
 def logged_defaults(module: AnsibleModule, unit: str) -> dict | None:
@@ -179,6 +196,23 @@ def answer(url: str, key: str, timeout: int, body: dict) -> dict:
     return {"status": status, "msg": message, "content": content, "finish_reason": finish}
 
 
+def generate(url: str, key: str, timeout: int, prompt: str, max_new_tokens: int) -> dict:
+    """One native /generate request that leaves every sampling default to the server (only its length is set):
+    its status and, where the server reports it (the lab stand-in does), the sampling it resolved."""
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens}}
+    status, message, raw = call(url, key=key, body=body, timeout=timeout)
+    resolved = None
+    if status == 200:
+        try:
+            answer = json.loads(raw)
+            resolved = (answer.get("sglang_lab") or {}).get("sampling_params")
+            if not isinstance(answer.get("text"), str):
+                status, message = 0, "an answer without text"
+        except (ValueError, AttributeError):
+            status, message = 0, "an answer that is not a JSON object"
+    return {"status": status, "msg": message, "resolved": resolved}
+
+
 def ask_all(url: str, key: str, timeout: int, bodies: list[dict]) -> list[dict]:
     """Every question at once; the answers in question order, whichever came back first."""
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(bodies)))) as pool:
@@ -199,7 +233,9 @@ def ask(module: AnsibleModule) -> None:
     ready = sglang_ready.wait_ready(module.run_command, p["ready"], p["ready_timeout"], sglang_ready.MARGIN, [])
     if ready["failure"]:
         module.fail_json(msg=ready["failure"], ready=ready)
-    modes = {s["name"]: server_mode(module, s) for s in p["servers"]}
+    served = {s["name"]: served_with(module, s) for s in p["servers"]}
+    modes = {name: entry["sampling_defaults"] for name, entry in served.items()}
+    preferred = {name: entry["preferred_sampling_params"] for name, entry in served.items()}
     logged = {s["name"]: logged_defaults(module, s["name"]) for s in p["servers"]}
     file_sampling = None
     if p["servers"] and p["generation_config"]:
@@ -211,7 +247,22 @@ def ask(module: AnsibleModule) -> None:
     url = p["router_url"].rstrip("/") + "/v1/chat/completions"
     bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]]
     answers = ask_all(url, p["api_key"], p["timeout"], bodies)
-    asked = {"ready": ready, "modes": modes, "logged": logged, "file_sampling": file_sampling, "answers": answers}
+    generated = None
+    if p["generate"]:
+        generate_url = p["router_url"].rstrip("/") + "/generate"
+        prompt = str(p["generate"].get("prompt") or "Hello")
+        generated = generate(
+            generate_url, p["api_key"], p["timeout"], prompt, int(p["generate"].get("max_new_tokens") or 16)
+        )
+    asked = {
+        "ready": ready,
+        "modes": modes,
+        "preferred": preferred,
+        "logged": logged,
+        "file_sampling": file_sampling,
+        "answers": answers,
+        "generated": generated,
+    }
     failures = sglang_verdict.failures(asked, p["judge"], p["router_url"]) if p["judge"] else []
     if failures:
         # Not proven: the lock stays with this run, for its rollback.
@@ -237,6 +288,7 @@ def main() -> None:
             "ready": {"type": "list", "elements": "dict", "default": []},
             "ready_timeout": {"type": "int", "default": 600},
             "generation_config": {"type": "path"},
+            "generate": {"type": "dict"},
             "judge": {"type": "dict"},
             "close": {"type": "dict"},
             "fence": {"type": "dict"},

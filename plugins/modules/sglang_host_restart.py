@@ -25,6 +25,8 @@ description:
     and one whose unit file is gone no longer runs (the rollback's proof).
   - The drain, the restart and the undrain each check and renew the rollout lock O(fence) before they act, so
     the lease is renewed as the call goes; a run that lost the lock fails with C(lost) and touches nothing more.
+  - Once begun, the sequence ends on the host even when the controller loses the host mid-call (its session hung
+    up): the host is put back into rotation by the call itself, never left drained halfway.
   - In check mode it reads and reports what it would restart, and changes nothing.
   - Its lab fault points (O(lab_fault)) are C(before_drain), C(after_drain), C(at_restart) (every restart queued,
     nothing waited for yet) and C(before_undrain).
@@ -170,6 +172,7 @@ waited:
   type: float
 """
 
+import signal
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -252,6 +255,10 @@ def host_restart(module: Any) -> None:
         module.fail_json(msg=f"{refused}; nothing was changed")
     if module.check_mode:
         fault = None
+    # Once begun, the sequence ends on the host: a controller that loses the host mid-call (its session hung up)
+    # does not leave it drained halfway; the call drains, restarts and puts the workers back all the same. (The
+    # lab's kill at a point is the other case: the call itself ends there, and the host's guard is left.)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     def at(point: str) -> None:
         sglang_lab_fault.at(fault, point, lambda msg: module.fail_json(msg=msg))

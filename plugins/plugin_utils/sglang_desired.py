@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import preferred_sampling_env
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import helper_module_paths, host_program
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import router_url, sglang_unit_specs
 
@@ -52,6 +53,8 @@ def _genconfig(layout: dict[str, Any], settings: dict[str, Any], program: Callab
         "generation_config": {"path": layout["generation_config"], "sampling": sampling},
         "files": [
             _file("genconfig", layout["managed_defaults"], "0644", managed),
+            # The same defaults for native /generate (--preferred-sampling-params, expanded by systemd).
+            _file("genconfig", layout["sampling_env"], "0644", preferred_sampling_env(sampling)),
             # The helper set: its command line, and the modules it runs beside it.
             _file("genconfig", layout["helper"], "0755", program("sglang_helper.py")),
             *(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import (
+    PREFERRED_WORD,
     ROUTER_FLAGS,
     SERVER_FLAGS,
     choice_errors,
@@ -177,7 +178,7 @@ def unit_inputs(unit: str, name: str, server: bool, credentials: dict[str, str],
     distributions, and the model files it reads."""
     layout, launcher = settings["layout"], settings["launcher"]
     inputs = [f"{layout['unit_dir']}/{unit}.service", f"{layout['unit_dir']}/{unit}.service.d/"]
-    inputs += [f"{layout['conf_dir']}/{name}.env", *credentials.values()]
+    inputs += [f"{layout['conf_dir']}/{name}.env", *([layout["sampling_env"]] if server else []), *credentials.values()]
     inputs += [layout["helper"], *helper_module_paths(layout["libexec_dir"]), layout["wait_healthy"]]
     inputs += list(launcher["server_files" if server else "router_files"])
     runtime = launcher.get("server_runtime" if server else "router_runtime")
@@ -241,6 +242,8 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
 
 
 SPECIFIERS = ("%d/",)
+# The one environment variable an Exec= line takes from systemd, as a word of its own (module_utils/sglang_flags.py).
+EXPANDED = (PREFERRED_WORD,)
 
 
 def sglang_systemd_argv(argv: list[str]) -> str:
@@ -251,6 +254,9 @@ def sglang_systemd_argv(argv: list[str]) -> str:
     out = []
     for arg in argv:
         text = str(arg)
+        if text in EXPANDED:
+            out.append(text)
+            continue
         keep = next((s for s in SPECIFIERS if text.startswith(s)), "")
         text = keep + text[len(keep) :].replace("%", "%%")
         if not text or any(ch in text for ch in " \t\"'\\;$"):

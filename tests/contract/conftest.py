@@ -104,15 +104,20 @@ def ask_sglang(sglang_python: str) -> Callable[[dict[str, Any]], dict[str, Any]]
     return ask
 
 
-def exec_start_argv(unit_file: Path, credentials: Path | None = None) -> list[str]:
+def exec_start_argv(
+    unit_file: Path, credentials: Path | None = None, environment: dict[str, str] | None = None
+) -> list[str]:
     """The ExecStart= command line of a unit file, split as systemd would.
 
-    systemd replaces %d with the service's credentials directory; `credentials` stands in for it.
+    systemd replaces %d with the service's credentials directory; `credentials` stands in for it. A word that is
+    ${NAME} becomes the value of NAME in the unit's environment (`environment`), as one argument.
     """
     line = next(x for x in unit_file.read_text().splitlines() if x.startswith("ExecStart="))
     words = [word.replace("%%", "%") for word in shlex.split(line.removeprefix("ExecStart="))]
     if credentials is not None:
         words = [str(credentials) + word[2:] if word.startswith("%d/") else word for word in words]
+    for name, value in (environment or {}).items():
+        words = [value if word == "${" + name + "}" else word for word in words]
     return words
 
 

@@ -11,6 +11,9 @@ Request keys (all optional):
   chat: [{generation_config: dict | null, sampling_defaults: str, request: dict, class_defaults: dict}, ...]
         (class_defaults: what a transformers release that fills its class defaults adds to to_dict())
   completion: [request dict, ...]
+  generate: [{preferred: dict | null, sampling_params: dict}, ...]
+        (native /generate: the server's --preferred-sampling-params and a request's sampling_params, merged by
+        TokenizerManager's own code, then SamplingParams)
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ REPORTED = (
     "enable_metrics",
     "served_model_name",
     "api_key",
+    "preferred_sampling_params",
 )
 
 
@@ -177,6 +181,36 @@ def completion(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return answers
 
 
+def _preferred_merge() -> Any:
+    """TokenizerManager._create_tokenized_object's merge of --preferred-sampling-params under a request's
+    sampling_params (the `if self.preferred_sampling_params:` statement), compiled from SGLang's own source."""
+    package = importlib.util.find_spec("sglang").submodule_search_locations[0]
+    path = Path(package, "srt/managers/tokenizer_manager.py")
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TokenizerManager")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_create_tokenized_object")
+    merge = next(
+        n for n in ast.walk(method) if isinstance(n, ast.If) and "preferred_sampling_params" in ast.unparse(n.test)
+    )
+    return compile(ast.Module(body=[merge], type_ignores=[]), str(path), "exec")
+
+
+def generate(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    merge = _preferred_merge()
+    answers = []
+    for case in cases:
+        scope: dict[str, Any] = {
+            "self": SimpleNamespace(preferred_sampling_params=case["preferred"]),
+            "obj": SimpleNamespace(sampling_params=case["sampling_params"]),
+        }
+        exec(merge, scope)  # noqa: S102 - SGLang's own statement
+        params = SamplingParams(**scope["sampling_kwargs"])
+        answers.append({"merged": scope["sampling_kwargs"], "resolved": {k: getattr(params, k) for k in FIVE}})
+    return answers
+
+
 def main() -> int:
     request = json.load(sys.stdin)
     answer: dict[str, Any] = {}
@@ -189,6 +223,8 @@ def main() -> int:
             answer["chat"] = chat(request["chat"])
         if "completion" in request:
             answer["completion"] = completion(request["completion"])
+        if "generate" in request:
+            answer["generate"] = generate(request["generate"])
     json.dump(answer, sys.stdout, default=str)
     return 0
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_flags as flags
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as sampling
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_verdict as verdict
 
 from .conftest import ROOT, exec_start_argv, flags_after_launcher
 
@@ -29,8 +31,15 @@ def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+# What sglang_genconfig's sampling env file holds for the default sampling defaults (0.6 / 0.95), as systemd hands it.
+PREFERRED = flags.preferred_sampling_params(
+    {"temperature": 0.6, "top_p": 0.95, "top_k": None, "min_p": None, "repetition_penalty": None}
+)
+
+
 def _server_flags(rendered: dict[str, Path], host: str, unit: str, credentials: Path) -> list[str]:
-    return flags_after_launcher(exec_start_argv(rendered[host] / f"sglang-dsv4-{unit}.service", credentials))
+    unit_file = rendered[host] / f"sglang-dsv4-{unit}.service"
+    return flags_after_launcher(exec_start_argv(unit_file, credentials, {flags.PREFERRED_ENV: PREFERRED}))
 
 
 def _flag_names(flags: list[str]) -> list[str]:
@@ -73,6 +82,9 @@ def test_rendered_server_command_line_parses_with_exact_flag_names(parsed: dict[
     assert values["tp_size"] == 4
     assert values["kv_cache_dtype"] == "fp8_e4m3"
     assert values["enable_metrics"] is True
+    # systemd expands the sampling env file's variable into one argument: the JSON SGLang's serving hook parses.
+    assert PREFERRED == '{"temperature": 0.6, "top_p": 0.95}'
+    assert values["preferred_sampling_params"] == {"temperature": 0.6, "top_p": 0.95}
     # The lab inventory sets an API key (vault): the servers get it from the --config file, not the command line.
     assert values["api_key"] == ("contract-test-key" if host == "lab-render" else None)
     expected_port = {
@@ -339,3 +351,77 @@ def test_class_defaults_that_leak_into_the_servers_defaults_are_named_by_the_pro
     assert all("SGLang took it from transformers' GenerationConfig" in error for error in errors)
     # The lab stand-in's fault imitates exactly this.
     assert standin.model_default_sampling_params(str(tmp_path), "model", class_defaults=True) == leaked["defaults"]
+
+
+# Native /generate: --preferred-sampling-params merged by TokenizerManager's own statement under the keys a request
+# leaves out, then the real SamplingParams. The stand-in resolves as it does; the verification's check holds
+# exactly when the request leaves the managed keys out; on the OpenAI routes the flag is inert (every key is set).
+GENERATE_REQUESTS: dict[str, dict[str, Any]] = {
+    "only a length": {"max_new_tokens": 16},
+    "temperature 0": {"max_new_tokens": 16, "temperature": 0},
+    "top_p only": {"top_p": 0.5},
+    "everything": {"temperature": 0.9, "top_p": 0.8, "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.1},
+}
+PREFERRED_CASES: dict[str, dict[str, Any] | None] = {
+    "managed": json.loads(PREFERRED),
+    "with top_k": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
+    "none": None,
+}
+# SamplingParams turns "every token" (-1) into this; the stand-in keeps -1, which samples the same.
+TOP_K_ALL = 1 << 30
+
+
+def _normal(resolved: dict[str, Any]) -> dict[str, Any]:
+    """One spelling of the same sampling: SamplingParams writes greedy (temperature 0) as temperature 1.0 with
+    top_k 1, and "every token" as TOP_K_ALL; the stand-in samples greedily at temperature 0 and keeps -1."""
+    normal = dict(resolved)
+    if float(normal["temperature"]) < 1e-6:
+        normal.update(temperature=1.0, top_k=1)
+    if normal["top_k"] in (-1, TOP_K_ALL):
+        normal["top_k"] = -1
+    return normal
+
+
+@pytest.fixture(scope="module")
+def sglang_generate(ask_sglang: Any) -> list[dict[str, Any]]:
+    pairs = itertools.product(PREFERRED_CASES.values(), GENERATE_REQUESTS.values())
+    cases = [{"preferred": preferred, "sampling_params": request} for preferred, request in pairs]
+    return ask_sglang({"generate": cases})["generate"]
+
+
+@pytest.mark.parametrize(
+    ("preferred", "request_name"),
+    list(itertools.product(PREFERRED_CASES, GENERATE_REQUESTS)),
+    ids=[f"{p} / {r}" for p, r in itertools.product(PREFERRED_CASES, GENERATE_REQUESTS)],
+)
+def test_generate_resolution_matches_sglangs_own_merge(
+    sglang_generate: list[dict[str, Any]], preferred: str, request_name: str
+) -> None:
+    index = list(itertools.product(PREFERRED_CASES, GENERATE_REQUESTS)).index((preferred, request_name))
+    real = sglang_generate[index]
+    mine = standin.resolve_generate_sampling(GENERATE_REQUESTS[request_name], PREFERRED_CASES[preferred])
+    assert _normal(real["resolved"]) == _normal(mine)
+
+
+def test_a_generate_request_without_sampling_params_gets_exactly_the_managed_defaults(
+    sglang_generate: list[dict[str, Any]],
+) -> None:
+    managed = json.loads(PREFERRED)
+    real = sglang_generate[0]  # managed / only a length
+    assert {key: real["resolved"][key] for key in managed} == managed
+    generated = {"status": 200, "resolved": real["resolved"]}
+    asked = {"preferred": {"prefill": managed, "decode": managed}, "generated": generated}
+    assert verdict.generate_failures(asked, managed, "h", "u") == []
+    # Without the flag, /generate samples with SamplingParams' own defaults: the verification names it.
+    unmanaged = sglang_generate[2 * len(GENERATE_REQUESTS)]  # none / only a length
+    asked = {"preferred": {"prefill": None}, "generated": {"status": 200, "resolved": unmanaged["resolved"]}}
+    found = verdict.generate_failures(asked, managed, "h", "u")
+    assert len(found) == 2 and "preferred_sampling_params=null" in found[0] and "temperature=1.0" in found[1]
+
+
+def test_the_preferred_params_are_inert_on_the_chat_route(sglang_chat: list[dict[str, Any]]) -> None:
+    """Every chat request resolves all five keys before the tokenizer manager's merge, so nothing is left out for
+    --preferred-sampling-params to fill (sglang issue 39096): the chat routes keep generation_config.json's defaults."""
+    for answer in sglang_chat:
+        assert set(answer["resolved"]) == set(sampling.SAMPLING_KEYS)
+        assert all(value is not None for value in answer["resolved"].values())

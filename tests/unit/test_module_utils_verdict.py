@@ -125,7 +125,14 @@ def lab(tmp_path, monkeypatch):
     lock = str(run / "deploy")
     assert sglang_lock.acquire(lock, "R1", "root@ctl", 600)[0]
     world = {"asked": asked()}
-    monkeypatch.setattr(sglang_ask, "server_mode", lambda module, server: world["asked"]["modes"][server["name"]])
+    monkeypatch.setattr(
+        sglang_ask,
+        "served_with",
+        lambda module, server: {
+            "sampling_defaults": world["asked"]["modes"][server["name"]],
+            "preferred_sampling_params": dict(MANAGED),
+        },
+    )
     monkeypatch.setattr(sglang_ask, "logged_defaults", lambda module, unit: world["asked"]["logged"][unit])
     monkeypatch.setattr(sglang_ask, "ask_all", lambda url, key, timeout, bodies: world["asked"]["answers"])
     marker = tmp_path / "lab-host"
@@ -144,6 +151,7 @@ def lab(tmp_path, monkeypatch):
         "ready": [],
         "ready_timeout": 5,
         "generation_config": None,
+        "generate": None,
         "judge": JUDGE,
         "close": {
             "status_dir": str(tmp_path / "status"),
@@ -215,3 +223,30 @@ def test_the_close_never_writes_into_a_folder_another_account_could_have_planted
         sglang_close.close(Module(fence=None), lab["params"]["close"])
     assert "is writable by group or others" in failed.value.args[0]["msg"]
     assert sglang_lock.inspect(lab["lock"])["run_id"] == "R1" and not (planted / "rollout.json").exists()
+
+
+def test_native_generate_is_held_to_the_managed_defaults_exactly():
+    good = asked(
+        preferred={"sglang-dsv4-prefill": dict(MANAGED), "sglang-dsv4-decode": {"top_p": 0.95, "temperature": 0.6}},
+        generated={"status": 200, "msg": "OK", "resolved": {**MANAGED, "top_k": -1, "min_p": 0.0}},
+    )
+    assert verdict.failures(good, JUDGE, "u") == []
+    wrong = asked(
+        preferred={"sglang-dsv4-prefill": {**MANAGED, "top_k": 50}, "sglang-dsv4-decode": None},
+        generated={"status": 200, "msg": "OK", "resolved": {"temperature": 1.0, "top_p": 1.0}},
+    )
+    found = verdict.generate_failures(wrong, MANAGED, "gpu-1", "u")
+    named = [line.split(" runs with ")[0] for line in found[:2]]
+    assert named == ["sglang-dsv4-prefill on gpu-1", "sglang-dsv4-decode on gpu-1"]
+    assert '"top_k": 50' in found[0] and "preferred_sampling_params=null" in found[1]
+    assert found[2] == (
+        'On gpu-1, a /generate request without sampling parameters was sampled with {"temperature": 1.0, "top_p": 1.0}:'
+        " temperature=1.0, expected 0.6, top_p=1.0, expected 0.95."
+    )
+
+
+def test_a_router_that_does_not_answer_generate_is_named():
+    unanswered = asked(generated={"status": 404, "msg": "Not Found", "resolved": None})
+    assert verdict.generate_failures(unanswered, MANAGED, "gpu-1", "http://r") == [
+        "The router at http://r on gpu-1 answered 404 to a /generate request without sampling parameters (Not Found)."
+    ]

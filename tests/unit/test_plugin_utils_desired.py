@@ -154,3 +154,13 @@ def test_the_documents_units_are_what_the_monitoring_scrapes():
     config = mon.sglang_prometheus_config(units, settings())
     targets = [target for job in config["scrape_configs"] for c in job["static_configs"] for target in c["targets"]]
     assert "127.0.0.1:30000" in targets and "127.0.0.1:30001" in targets and "127.0.0.1:29000" in targets
+
+
+def test_the_sampling_env_file_holds_the_set_defaults_for_native_generate_as_one_json_word():
+    doc = document(genconfig=GENCONFIG)
+    env = next(f for f in doc["files"] if f["path"] == LAYOUT["sampling_env"])
+    assert env["role"] == "genconfig" and env["mode"] == "0644"
+    line = env["content"].splitlines()[-1]
+    name, _sep, value = line.partition("=")
+    assert name == "SGLANG_DSV4_PREFERRED_SAMPLING_PARAMS" and value.startswith("'") and value.endswith("'")
+    assert json.loads(value[1:-1]) == {k: v for k, v in SAMPLING.items() if v is not None}

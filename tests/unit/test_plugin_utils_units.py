@@ -167,6 +167,8 @@ def test_inputs_are_what_each_service_starts_from():
         "/etc/systemd/system/sglang-dsv4-prefill.service",
         "/etc/systemd/system/sglang-dsv4-prefill.service.d/",
         "/etc/sglang-dsv4/prefill.env",
+        # The managed sampling defaults for native /generate (sglang_genconfig's sampling env file).
+        "/etc/sglang-dsv4/sampling.env",
         "/etc/sglang-dsv4/credentials/prefill",
         *programs,
         "distributions:/opt/sglang/venv",
@@ -272,3 +274,16 @@ def test_prefill_and_decode_that_agree_pass_whatever_else_differs():
     )
     assert f.sglang_topology_errors(same, "mooncake", ["--dtype", "bfloat16"]) == []
     assert f.sglang_topology_errors(with_flags([], []), "mooncake", ["--page-size", "64"]) == []
+
+
+def test_the_servers_take_the_managed_defaults_for_generate_from_the_sampling_env_word_and_the_router_does_not():
+    specs = {s["key"]: s for s in f.sglang_unit_specs(TOPOLOGY, SETTINGS)}
+    word = "${SGLANG_DSV4_PREFERRED_SAMPLING_PARAMS}"
+    for key in ("prefill", "decode"):
+        argv = specs[key]["argv"]
+        assert argv[argv.index("--preferred-sampling-params") + 1] == word
+        # systemd expands it into one argument: the Exec= line keeps it as it is, every other $ is doubled.
+        line = f.sglang_systemd_argv(argv)
+        assert f"--preferred-sampling-params {word}" in line
+    assert "--preferred-sampling-params" not in specs["router"]["argv"]
+    assert f.sglang_systemd_argv(["$HOME", "a ${X}"]) == '"$$HOME" "a $${X}"'

@@ -113,6 +113,28 @@ def resolve_chat_sampling(request: dict[str, Any], model_defaults: dict[str, Any
     return resolved
 
 
+# SamplingParams' own defaults (sglang/srt/sampling/sampling_params.py): what a key no one set samples with.
+SAMPLING_PARAMS_DEFAULTS = CHAT_FALLBACK
+
+
+def resolve_generate_sampling(sampling_params: dict[str, Any], preferred: dict[str, Any] | None) -> dict[str, Any]:
+    """Native /generate (TokenizerManager._create_tokenized_object): the server's --preferred-sampling-params under
+    the keys the request leaves out, `{**preferred, **obj.sampling_params}`, then SamplingParams' defaults.
+    generation_config.json is never read here."""
+    merged = {**preferred, **sampling_params} if preferred else dict(sampling_params)
+    return {key: merged.get(key, default) for key, default in SAMPLING_PARAMS_DEFAULTS.items()}
+
+
+def parse_preferred(value: str | None) -> dict[str, Any] | None:
+    """--preferred-sampling-params as SGLang's serving hook parses it (a JSON object), or None when not given."""
+    if not value:
+        return None
+    parsed = json.loads(value)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"--preferred-sampling-params must be a JSON object, got {value!r}")
+    return parsed
+
+
 def resolve_completion_sampling(request: dict[str, Any]) -> dict[str, Any]:
     """CompletionRequest: fixed field defaults; generation_config.json is never read.
 
@@ -547,12 +569,15 @@ class ServerApp(App):
         self.metrics = Metrics(self.served_model_name, engine_type)
         class_defaults = os.environ.get("SGLANG_LAB_TRANSFORMERS_CLASS_DEFAULTS", "0") == "1"
         self.model_defaults = model_default_sampling_params(args.model_path, args.sampling_defaults, class_defaults)
+        self.preferred = parse_preferred(args.preferred_sampling_params)
         if self.model_defaults:
             log.info("%s", startup_line(self.model_defaults))
 
     def server_info(self) -> dict[str, Any]:
         info = {key: value for key, value in vars(self.args).items() if key != "config"}
         info.update(
+            # As SGLang reports it (http_server.py: get_serving().preferred_sampling_params, the parsed object).
+            preferred_sampling_params=self.preferred,
             launch_command=" ".join(["python3", "-m", "sglang.launch_server", *self.argv]),
             lab_standin=True,
             lab_unparsed_args=_pairs(self.unparsed),
@@ -575,7 +600,7 @@ class ServerApp(App):
             "/v1/models": self._models,
             "/metrics": self._metrics,
         }
-        posts = {"/v1/chat/completions": self._chat, "/v1/completions": self._completion}
+        posts = {"/v1/chat/completions": self._chat, "/v1/completions": self._completion, "/generate": self._generate}
         if method == "GET" and path in gets:
             return gets[path]()
         if method == "POST" and path in posts:
@@ -598,7 +623,7 @@ class ServerApp(App):
                 "served_model_name": self.served_model_name,
                 "tokenizer_path": self.args.model_path,
                 "is_generation": True,
-                "preferred_sampling_params": None,
+                "preferred_sampling_params": self.preferred,
                 "weight_version": "default",
                 "load_format": "auto",
                 "reasoning_parser": self.args.reasoning_parser,
@@ -738,6 +763,35 @@ class ServerApp(App):
             JSON,
         )
 
+    def _generate(self, body: dict[str, Any]) -> Reply:
+        """Native /generate, one text, not streamed: the lab's answer carries the sampling it resolved."""
+        text_in = body.get("text")
+        if isinstance(text_in, list):
+            text_in = text_in[0] if text_in else ""
+        if not isinstance(text_in, str):
+            return 400, {"object": "error", "message": "text must be a string", "type": "BadRequest", "code": 400}, JSON
+        requested = body.get("sampling_params") or {}
+        if not isinstance(requested, dict):
+            return 400, {"object": "error", "message": "sampling_params must be an object", "code": 400}, JSON
+        params = resolve_generate_sampling(requested, self.preferred)
+        run_body = {"max_tokens": int(requested.get("max_new_tokens") or 128), "seed": requested.get("sampling_seed")}
+        text, finish, usage = self._run(text_in, params, run_body)
+        source = "preferred sampling params" if self.preferred else "SamplingParams defaults"
+        return (
+            200,
+            {
+                "text": text,
+                "meta_info": {
+                    "id": secrets.token_hex(16),
+                    "finish_reason": {"type": finish},
+                    "prompt_tokens": usage["prompt_tokens"],
+                    "completion_tokens": usage["completion_tokens"],
+                },
+                "sglang_lab": self._extension(params, source),
+            },
+            JSON,
+        )
+
     def _completion(self, body: dict[str, Any]) -> Reply:
         try:
             params = resolve_completion_sampling(body)
@@ -807,6 +861,7 @@ def server_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-gpu-id", type=int, default=0)
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--preferred-sampling-params")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--reasoning-parser")
     p.add_argument("--tool-call-parser")

@@ -114,6 +114,9 @@ def stack(model: Path):
         "--enable-metrics",
         "--served-model-name",
         "dsv4",
+        # As the collection renders it: the managed defaults for native /generate.
+        "--preferred-sampling-params",
+        PREFERRED,
     ]
     prefill = Proc(
         "server",
@@ -157,6 +160,9 @@ def stack(model: Path):
     for proc in procs.values():
         if proc.popen.poll() is None:
             proc.stop()
+
+
+PREFERRED = '{"temperature": 0.6, "top_p": 0.95}'
 
 
 def chat(url: str, **extra) -> dict:
@@ -241,6 +247,22 @@ def test_completions_use_fixed_defaults(stack):
     assert status == 200
     assert body["sglang_lab"]["sampling_params"]["temperature"] == 1.0
     assert call(urls["decode"] + "/v1/completions", {"prompt": "x", "temperature": None})[0] == 400
+
+
+def test_generate_through_the_real_router_takes_the_preferred_params_for_what_it_leaves_out(stack):
+    urls, _unused = stack
+    wait_status(urls["router"] + "/readiness", 200, timeout=30)
+    status, body = call(urls["router"] + "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 8}})
+    assert status == 200 and isinstance(body["text"], str)
+    resolved = body["sglang_lab"]["sampling_params"]
+    assert resolved == {"temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+    assert body["sglang_lab"]["defaults_source"] == "preferred sampling params"
+    asked = {"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0.9}}
+    status, body = call(urls["router"] + "/generate", asked)
+    # The router forwards a request's floats as 32-bit ones (sglang-router 0.3.2): 0.9 arrives as 0.8999999761581421.
+    assert status == 200 and abs(body["sglang_lab"]["sampling_params"]["temperature"] - 0.9) < 1e-6
+    _unused, info = call(urls["decode"] + "/server_info")
+    assert info["preferred_sampling_params"] == {"temperature": 0.6, "top_p": 0.95}
 
 
 def test_real_router_is_ready_only_while_both_workers_are_healthy(stack):
