@@ -72,6 +72,7 @@ def rollout():
     stats = balancer_stats()
     client = load(ROLLOUT_TIMEOUT + 60)
     time.sleep(3)
+    started = int(time.time())
     out = deploy("-e", json.dumps({"sglang_genconfig_temperature": 0.65, **STEPS}), timeout=ROLLOUT_TIMEOUT)
     # The last host back in rotation gets traffic again before the load stops.
     time.sleep(3)
@@ -83,6 +84,7 @@ def rollout():
         "before": before,
         "after": {name: host_state(h) for name, h in hosts.items()},
         "stats": (stats, balancer_stats()),
+        "started": started,
     }
     # Back to the inventory with no load running: an analysis without traffic has no data and fails (by design), so
     # this one goes without.
@@ -155,19 +157,25 @@ def test_each_host_restarted_prefill_and_decode_onto_the_new_defaults_and_kept_i
 
 def test_every_host_was_drained_and_put_back_step_by_step(rollout):
     output = text(rollout["out"])
-    # The hosts each drain took out (one drain task per step, its hosts at once): every host once, never more at
-    # once than the guard lets out (2), in the steps the plan announced.
+    # The hosts each restart call took out (one call per host, the step's hosts at once: drain, restart, put back):
+    # every host once, never more at once than the guard lets out (2), in the steps the plan announced.
     chunks = re.split(r"(?:RUNNING HANDLER|TASK) \[", output)
     drained = [
         re.findall(r"^(?:changed|ok): \[(dsv4-traf-\d)\]", chunk, re.MULTILINE)
         for chunk in chunks
-        if chunk.startswith("dsv4.sglang.sglang_services : Take the host out of rotation")
+        if chunk.startswith("dsv4.sglang.sglang_services : Drain, restart what does not run from its inputs")
     ]
     # (Sorted: the hosts of one step answer in any order.)
     assert [sorted(hosts) for hosts in drained] == [["dsv4-traf-1"], ["dsv4-traf-2", "dsv4-traf-3"], ["dsv4-traf-4"]]
     assert output.count("changed: [dsv4-traf-") >= len(HOSTS)
     for name in HOSTS:
-        assert not lab_host(name).file("/run/sglang-dsv4/drain.json").exists
+        host = lab_host(name)
+        assert not host.file("/run/sglang-dsv4/drain.json").exists
+        # Judged on the host: its router was told to remove its workers during the rollout (the call's drain).
+        journal = host.run(
+            f"journalctl -u sglang-dsv4-router --since @{rollout['started']} -o cat --no-pager | grep -c 'DELETE'"
+        ).stdout.strip()
+        assert int(journal or 0) >= 1, name
 
 
 def pids(state: dict) -> dict:
