@@ -42,7 +42,12 @@ HOST = "dsv4-int-1"
 ROUTER = "http://127.0.0.1:27010"
 
 
-@pytest.mark.parametrize(("step", "task"), STEPS, ids=[s[0] for s in STEPS])
+# A kill between the restart call's drain and its undrain has cases of its own below (the host's guard puts it back
+# once the lease ends; the next run converges it): not twice.
+KILLED = [s for s in STEPS if s[1] not in (AFTER_DRAIN, BEFORE_UNDRAIN)]
+
+
+@pytest.mark.parametrize(("step", "task"), KILLED, ids=[s[0] for s in KILLED])
 def test_a_run_killed_at_a_step_is_repaired_by_the_next_run(host, cases, step, task):
     case = cases()
     out = run(change(case), fault=f"kill:{task}")
