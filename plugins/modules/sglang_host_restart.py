@@ -26,7 +26,7 @@ description:
   - The drain, the restart and the undrain each check and renew the rollout lock O(fence) before they act, so
     the lease is renewed as the call goes; a run that lost the lock fails with C(lost) and touches nothing more.
   - Once begun, the sequence ends on the host even when the controller loses the host mid-call (its session hung
-    up): the host is put back into rotation by the call itself, never left drained halfway.
+    up); the call itself puts the host back into rotation, never leaving it drained halfway.
   - In check mode it reads and reports what it would restart, and changes nothing.
   - Its lab fault points (O(lab_fault)) are C(before_drain), C(after_drain), C(at_restart) (every restart queued,
     nothing waited for yet) and C(before_undrain).
