@@ -19,12 +19,12 @@ import time
 
 import pytest
 from faultcases import (
+    AFTER_DRAIN,
     BEFORE_DRAIN,
     DRAIN,
     GENCONFIG,
     LAB_ENV,
     MODEL,
-    RESTART,
     STEPS,
     change,
     converges,
@@ -66,7 +66,7 @@ def test_a_failed_step_leaves_the_host_as_before_and_the_next_run_converges(host
 def test_a_failed_rollback_says_so_loudly_and_the_next_run_converges(host, cases):
     case = cases()
     wrong = {**change(case), "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95}}
-    out = run(wrong, fault=f"fail:{RESTART}#2>after_drain")
+    out = run(wrong, fault=f"fail:{AFTER_DRAIN}#2")
     assert out.returncode != 0
     assert f"ROLLBACK FAILED on {HOST}: the host is NOT back to its state before this run" in text(out)
     assert "was rolled back to its state" not in text(out)

@@ -16,6 +16,7 @@ hosts share this machine's network), the plugin kills the controller then, and t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -34,13 +35,13 @@ requirements: [enabled in ANSIBLE_CALLBACKS_ENABLED]
 
 
 def parse(spec: str) -> tuple[str, str, int, float, str]:
+    """(action, task, nth start, seconds, point); #N is taken before or after >POINT."""
     action, _sep, rest = spec.partition(":")
     rest, _sep, seconds = rest.rpartition("@") if "@" in rest else (rest, "", "0")
-    name, _sep, nth = rest.rpartition("#") if "#" in rest else (rest, "", "1")
-    name, _sep, point = name.partition(">")
-    if action not in ("fail", "kill", "pause") or not name:
+    found = re.fullmatch(r"(?P<name>[^#>]+)(?:#(?P<n1>\d+))?(?:>(?P<point>[a-z_]+))?(?:#(?P<n2>\d+))?", rest)
+    if action not in ("fail", "kill", "pause") or not found or (found["n1"] and found["n2"]):
         raise ValueError(f"DSV4_LAB_FAULT={spec!r}: ACTION:TASK[>POINT][#N][@SECONDS], ACTION one of fail, kill, pause")
-    return action, name, int(nth), float(seconds), point
+    return action, found["name"], int(found["n1"] or found["n2"] or 1), float(seconds), found["point"] or ""
 
 
 class CallbackModule(CallbackBase):
