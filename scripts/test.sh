@@ -48,13 +48,13 @@ collection() {
 }
 
 # The scenarios run in three lanes side by side (each scenario's lab hosts have their own names and ports, and the
-# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test at 4f66af0
-# (2026-12-04, 43 min in all; seconds): failsafe 1311, fleet 565 (lane 1876); default 855, monitoring 519, releases
-# 460, drift 111, ee 110 (2055); traffic 1773, interrupted 580 (2353). Before 2026-12-04, drift and ee ran in the
-# first and third lanes and the second stood idle for its last nine minutes. The lab is CPU-bound on 2 cores: a
-# fourth lane made every scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four
-# lanes had finished after 55 minutes). Every scenario must be in exactly one lane.
-LANES=("failsafe fleet" "default monitoring releases drift ee" "traffic interrupted")
+# lab caches are built once, under a lock), about evenly long. Measured in a fresh clone's make test at f41861c
+# (2026-12-05; seconds): traffic 1742, failsafe 1480, default 893, interrupted 747, monitoring 574, fleet about
+# 565, releases 361, drift 155, ee 116. The lanes of then (failsafe fleet | default monitoring releases drift ee |
+# traffic interrupted) would have been 2045, 2099 and 2489 s: these are about 2219, 2200 and 2214 s. The lab is
+# CPU-bound on 2 cores: a fourth lane made every scenario slower, not the suite shorter (a fresh clone, 2026-12-03:
+# no scenario of four lanes had finished after 55 minutes). Every scenario must be in exactly one lane.
+LANES=("traffic releases ee" "failsafe fleet drift" "default monitoring interrupted")
 run_molecule() {
   echo "== molecule"
   local scenario lane listed=" ${LANES[*]} " logs pids=() failed=0
