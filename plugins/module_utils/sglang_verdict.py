@@ -82,16 +82,21 @@ def _same(value: Any, want: Any) -> bool:
         return value == want
 
 
+def preferred_matches(preferred: Any, managed: dict[str, Any]) -> bool:
+    """Whether a server's preferred_sampling_params are exactly the managed defaults (the same keys, equal values)."""
+    return (
+        isinstance(preferred, dict)
+        and set(preferred) == set(managed)
+        and all(_same(preferred[key], managed[key]) for key in managed)
+    )
+
+
 def generate_failures(asked: dict[str, Any], managed: dict[str, Any], host: str, router_url: str) -> list[str]:
     """What keeps native /generate from the managed defaults: a server whose preferred_sampling_params differ from
     them, a router that did not answer /generate, or a resolution the server reports that differs."""
     failures = []
     for name, preferred in (asked.get("preferred") or {}).items():
-        if (
-            not isinstance(preferred, dict)
-            or set(preferred) != set(managed)
-            or not all(_same(preferred[key], managed[key]) for key in managed)
-        ):
+        if not preferred_matches(preferred, managed):
             failures.append(
                 f"{name} on {host} runs with preferred_sampling_params={json.dumps(preferred)}; expected exactly"
                 f" {json.dumps(managed, sort_keys=True)}: native /generate would sample with other defaults than the"
