@@ -31,6 +31,19 @@ def _releases(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _weights(plan: dict[str, Any]) -> list[str]:
+    """'weights sha256:A (61 files), running' or, where a server started from others, which version each runs."""
+    weights = plan.get("weights")
+    if not weights:
+        return []
+    head = f"weights {weights['version']} ({weights['files']} weight files)"
+    running = weights.get("running") or {}
+    if running and set(running.values()) == {weights["version"]}:
+        return [f"{head}, running"]
+    started = ", ".join(f"{name} {version or 'unknown'}" for name, version in sorted(running.items()))
+    return [f"{head}; started from: {started or 'none'}"]
+
+
 def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str]:
     """One line per host: what changes, what restarts and why, the light proof; then the apply set."""
     lines = [f"{'host':<20} {'action':<8} {'files':>5}  restart servers / router; light proof"]
@@ -43,7 +56,7 @@ def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str
         if action == "apply":
             apply.append(host)
         lines.append(f"{host:<20} {action:<8} {len(plan.get('files', [])):>5}  servers: {servers} / router: {router}")
-        for line in _releases(plan):
+        for line in _releases(plan) + _weights(plan):
             lines.append(f"{'':<20} {'':<8} {'':>5}  {line}")
         for path in plan.get("files", []):
             lines.append(f"{'':<20} {'':<8} {'':>5}  changes {path}")

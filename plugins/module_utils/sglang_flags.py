@@ -25,6 +25,10 @@ LOCAL_HOST = "127.0.0.1"
 # change of the defaults changes that file and the generation config, never a unit.
 PREFERRED_ENV = "SGLANG_DSV4_PREFERRED_SAMPLING_PARAMS"
 PREFERRED_WORD = "${" + PREFERRED_ENV + "}"
+# The version of the weights each server start loads, from its record step (module_utils/sglang_records.py, which
+# writes the variable beside the start's record): the digest of the model directory's weights manifest.
+WEIGHT_ENV = "SGLANG_DSV4_WEIGHT_VERSION"
+WEIGHT_WORD = "${" + WEIGHT_ENV + "}"
 
 
 def preferred_sampling_params(sampling: dict[str, Any]) -> str:
@@ -125,6 +129,12 @@ SERVER_FLAGS: tuple[Flag, ...] = (
         "--preferred-sampling-params",
         "sglang_genconfig_temperature and the other sglang_genconfig_* sampling defaults",
         lambda svc, st: [PREFERRED_WORD],
+    ),
+    # Which weights a server loaded: /model_info and /server_info report it, smg reads it when a worker registers.
+    Flag(
+        "--weight-version",
+        "the collection (the digest of the model directory's weights manifest)",
+        lambda svc, st: [WEIGHT_WORD],
     ),
 )
 

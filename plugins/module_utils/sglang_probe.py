@@ -3,6 +3,8 @@
 
 - `sampling_mode`: the server's own answer, `/server_info`'s `sampling_defaults` (SGLang 0.5.23 reports the
   `--sampling-defaults` it was started with), beside its `/health`.
+- `weight_version`: the version of the weights the server says it runs, `/model_info`'s `weight_version` (the
+  collection starts each server with `--weight-version`, the digest of the model directory's weights manifest).
 - `logged_defaults`: the sampling defaults SGLang logged at the start of the unit's current invocation (its
   `Using default chat sampling params` line, read from that invocation's journal only), so an earlier start's line
   never counts.
@@ -26,6 +28,28 @@ STARTUP_MARK = "Using default chat sampling"
 def server_info_url(health_url: str) -> str:
     """/server_info beside a server's /health."""
     return str(health_url).removesuffix("/health") + "/server_info"
+
+
+def model_info_url(health_url: str) -> str:
+    """/model_info beside a server's /health."""
+    return str(health_url).removesuffix("/health") + "/model_info"
+
+
+def weight_version(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:
+    """(the weight_version in effect, None) or (None, why it could not be read). From /model_info: SGLang 0.5.23
+    reports there the value in effect (its control plane can change it after the start); /server_info keeps the
+    start's."""
+    url = model_info_url(health_url)
+    status, message, body = call(url, key=key, timeout=timeout)
+    if status != 200:
+        return None, f"{url} answered {status or 'nothing'} ({message})"
+    try:
+        info = json.loads(body)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict) or not isinstance(info.get("weight_version"), str):
+        return None, f"{url} did not answer a JSON object with a weight_version"
+    return info["weight_version"], None
 
 
 def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:

@@ -33,7 +33,15 @@ except ImportError:  # on a host, installed beside it (the helper set, plugin_ut
 # Inputs of a service beyond plain files, as the units' `record` step and the plan both name them:
 #   "DIR/"                      a unit's drop-in folder: every *.conf in it, by name and content
 #   "distributions:PREFIX"      the Python distributions installed under PREFIX (a venv): names and versions
+#   "weights:MODEL_DIR"         the model's weight files in MODEL_DIR: names, sizes and modification times
 DISTRIBUTIONS = "distributions:"
+WEIGHTS = "weights:"
+# The files that make up a model's weights, at the top of its directory (Hugging Face's layout).
+WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json", ".pt", ".pth", ".gguf")
+# The variable the servers' --weight-version word expands (module_utils/sglang_flags.py, WEIGHT_ENV: the same name),
+# from the file each start's record step writes beside its record (weights_env_path): the version of exactly the
+# weights that start loaded. Spelled here too: the helper set carries this module, not the flag table.
+WEIGHT_ENV = "SGLANG_DSV4_WEIGHT_VERSION"
 
 
 def distributions(prefix: str) -> dict[str, str]:
@@ -57,8 +65,49 @@ def distributions(prefix: str) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def weights_manifest(model_dir: str) -> list[tuple[str, int, int]]:
+    """(name, size, mtime_ns) of every weight file at the top of model_dir, by name; links are followed (a Hugging
+    Face cache links its snapshot's files to blobs), and a dangling one counts as size -1. Hashing hundreds of GB at
+    every plan is no plan: a file rewritten in place with its size and modification time kept goes unnoticed, a copy
+    of the same weights counts as new ones (one restart too many, never one too few)."""
+    try:
+        names = sorted(n for n in os.listdir(model_dir) if n.endswith(WEIGHT_SUFFIXES))
+    except OSError:
+        return []
+    manifest = []
+    for name in names:
+        try:
+            info = os.stat(os.path.join(model_dir, name))
+        except OSError:
+            manifest.append((name, -1, 0))
+            continue
+        if os.path.isdir(os.path.join(model_dir, name)):
+            continue
+        manifest.append((name, info.st_size, info.st_mtime_ns))
+    return manifest
+
+
+def weights_digest(model_dir: str) -> str:
+    """The digest of a model directory's weights manifest (weights_manifest): the same text, the same weights."""
+    text = "".join(f"{name}\0{size}\0{mtime}\n" for name, size, mtime in weights_manifest(model_dir))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def weight_version(digest: str) -> str:
+    """What --weight-version says for a manifest's digest; /model_info and /server_info report it."""
+    return f"sha256:{digest[:16]}"
+
+
+def weights_env_path(record_path: str) -> str:
+    """The env file beside a start's record that holds its --weight-version (the unit reads it, optional)."""
+    return os.path.splitext(record_path)[0] + ".weights.env"
+
+
 def input_digest(spec: str) -> str | None:
-    """The digest of one input of a service: a file, a drop-in folder ("DIR/") or a runtime ("distributions:")."""
+    """The digest of one input of a service: a file, a drop-in folder ("DIR/"), a runtime ("distributions:") or
+    a model's weights ("weights:")."""
+    if spec.startswith(WEIGHTS):
+        return weights_digest(spec[len(WEIGHTS) :])
     if spec.startswith(DISTRIBUTIONS):
         dists = distributions(spec[len(DISTRIBUTIONS) :])
         text = "".join(f"{name}=={version}\n" for name, version in dists.items())
@@ -115,10 +164,15 @@ def record(record_path: str, inputs: list[str]) -> dict[str, Any]:
         "releases": {
             p[len(DISTRIBUTIONS) :]: release_of(p[len(DISTRIBUTIONS) :]) for p in inputs if p.startswith(DISTRIBUTIONS)
         },
+        # The version --weight-version gets at this start, for each weights input (a server has one).
+        "weights": {p[len(WEIGHTS) :]: weight_version(digests[p] or "") for p in inputs if p.startswith(WEIGHTS)},
         "recorded_at": time.time(),
     }
     directory = os.path.dirname(record_path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    for version in entry["weights"].values():
+        # Read by systemd for ExecStart, after this step (EnvironmentFile= is read before each command).
+        write_atomic(weights_env_path(record_path), f"{WEIGHT_ENV}={version}\n", mode=0o600)
     write_atomic(record_path, json.dumps(entry, indent=2, sort_keys=True) + "\n", mode=0o600)
     return entry
 

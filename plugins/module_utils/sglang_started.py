@@ -11,7 +11,12 @@ import json
 import os
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import read_regular
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import DISTRIBUTIONS, distributions
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
+    DISTRIBUTIONS,
+    WEIGHTS,
+    distributions,
+    weight_version,
+)
 
 
 def run_record(path: str) -> dict | None:
@@ -22,6 +27,12 @@ def run_record(path: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) else None
+
+
+def started_weight_version(record: dict | None) -> str | None:
+    """The --weight-version a server's current start got (its record's), or None (a router, or no record)."""
+    weights = (record or {}).get("weights")
+    return next(iter(weights.values()), None) if isinstance(weights, dict) else None
 
 
 # How many changed distributions a restart reason names before it says "and N more".
@@ -56,6 +67,10 @@ def changed_since_start(unit: dict, record: dict | None, current: dict) -> list[
             else:
                 what = ", ".join(moved) if now else "not built yet"
                 changed.append(f"runtime release {os.path.basename(was)} -> {os.path.basename(venv)} ({what})")
+        elif path.startswith(WEIGHTS):
+            model_dir = path[len(WEIGHTS) :]
+            was = (record.get("weights") or {}).get(model_dir, "unknown")
+            changed.append(f"weights {model_dir} ({was} -> {weight_version(current[path] or '')})")
         else:
             changed.append(path)
     return changed

@@ -10,7 +10,9 @@ server or the router, the host and what was seen:
   answers mean greedy decoding) and stay under the repetition limit. The last answer (temperature 0) is only reported;
 - native /generate gets the same defaults: each server's /server_info reports exactly the managed ones as its
   preferred_sampling_params, the router answered a /generate request that left them out, and where the server
-  reports the sampling it resolved for it (the lab stand-in does), that holds every managed value.
+  reports the sampling it resolved for it (the lab stand-in does), that holds every managed value;
+- each server runs the weights the model directory holds: its /model_info reports the weight version of the
+  directory's weights manifest now (module_utils/sglang_records.py).
 """
 
 from __future__ import annotations
@@ -129,4 +131,19 @@ def failures(asked: dict[str, Any], judge: dict[str, Any], router_url: str) -> l
         defaults_failures(asked, judge["managed"], host)
         + answers_failures(asked["answers"], int(judge["requests"]), float(judge["max_repetition"]), host, router_url)
         + generate_failures(asked, judge["managed"], host, router_url)
+        + weights_failures(asked, host)
     )
+
+
+def weights_failures(asked: dict[str, Any], host: str) -> list[str]:
+    """The servers that report another weight version than the model directory's weights manifest gives."""
+    weights = asked.get("weights")
+    if not weights:
+        return []
+    return [
+        f"{name} on {host} reports weight_version={reported!r} (its /model_info); the weights in"
+        f" {weights['model_path']} are {weights['expected']!r} ({weights['files']} weight files): it does not run"
+        " the weights the directory holds."
+        for name, reported in sorted(weights["servers"].items())
+        if reported != weights["expected"]
+    ]

@@ -86,6 +86,11 @@ options:
     description: The model's generation_config.json; with O(servers), its sampling keys are returned as
       C(file_sampling), what each server's logged defaults must equal exactly (no other key).
     type: path
+  model_path:
+    description: The model directory; with O(servers), the weight version of its weights manifest now
+      (module_utils/sglang_records.py) and each server's C(/model_info) weight_version are returned as C(weights),
+      and O(judge) fails a server that reports another one.
+    type: path
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -137,6 +142,12 @@ file_sampling:
   description: The sampling keys O(generation_config) holds (null when not asked, or the file cannot be read).
   returned: always
   type: dict
+weights:
+  description: With O(model_path) and O(servers), C(model_path), C(expected) (the weight version of the directory's
+    weights manifest), C(files) (how many weight files) and C(servers) (per server, the weight_version its
+    C(/model_info) reports); null without.
+  returned: always
+  type: dict
 answers:
   description: Per question, in order, C(status) (0 when nothing answered), C(msg), C(content) and C(finish_reason).
   returned: always
@@ -156,6 +167,11 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import (
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
+    weight_version,
+    weights_digest,
+    weights_manifest,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
 
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
@@ -174,6 +190,25 @@ def served_with(module: AnsibleModule, server: dict) -> dict:
 def logged_defaults(module: AnsibleModule, unit: str) -> dict | None:
     """The defaults the unit's current invocation logged at its start (its journal, this invocation only)."""
     return sglang_probe.logged_defaults(module.run_command, sglang_probe.current_invocation(module.run_command, unit))
+
+
+def weights(module: AnsibleModule) -> dict | None:
+    """The weight version the model directory's manifest gives now, and the one each server reports."""
+    p = module.params
+    if not (p["servers"] and p["model_path"]):
+        return None
+    reported = {}
+    for server in p["servers"]:
+        version, why = sglang_probe.weight_version(server["health_url"], p["api_key"])
+        if why:
+            module.fail_json(msg=f"{server['name']}: {why}")
+        reported[server["name"]] = version
+    return {
+        "model_path": p["model_path"],
+        "expected": weight_version(weights_digest(p["model_path"])),
+        "files": len(weights_manifest(p["model_path"])),
+        "servers": reported,
+    }
 
 
 def chat_body(question, model: str, max_tokens: int) -> dict:
@@ -237,6 +272,7 @@ def ask(module: AnsibleModule) -> None:
     modes = {name: entry["sampling_defaults"] for name, entry in served.items()}
     preferred = {name: entry["preferred_sampling_params"] for name, entry in served.items()}
     logged = {s["name"]: logged_defaults(module, s["name"]) for s in p["servers"]}
+    weights_read = weights(module)
     file_sampling = None
     if p["servers"] and p["generation_config"]:
         try:
@@ -262,6 +298,7 @@ def ask(module: AnsibleModule) -> None:
         "file_sampling": file_sampling,
         "answers": answers,
         "generated": generated,
+        "weights": weights_read,
     }
     failures = sglang_verdict.failures(asked, p["judge"], p["router_url"]) if p["judge"] else []
     if failures:
@@ -288,6 +325,7 @@ def main() -> None:
             "ready": {"type": "list", "elements": "dict", "default": []},
             "ready_timeout": {"type": "int", "default": 600},
             "generation_config": {"type": "path"},
+            "model_path": {"type": "path"},
             "generate": {"type": "dict"},
             "judge": {"type": "dict"},
             "close": {"type": "dict"},

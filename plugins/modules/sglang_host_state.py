@@ -33,8 +33,10 @@ RETURN = r"""
 plan:
   description: C(files) to change, C(missing_users), C(disabled_units), C(other) (the same as sentences, for
     the table), C(held) and C(held_conflicts) (see C(apply_roles)), C(build) and C(releases) (see
-    C(releases)), C(releases_found) (finished releases in their folders), C(restart) reasons per group,
-    C(restart_servers) and C(restart_router) (booleans), C(empty).
+    C(releases)), C(releases_found) (finished releases in their folders), C(weights) (the weight version of the
+    model directory's weights manifest now, how many weight C(files) it names, and the version each server's
+    current start got, C(running)), C(restart) reasons per group, C(restart_servers) and C(restart_router)
+    (booleans), C(empty).
   returned: always
   type: dict
 units:

@@ -14,10 +14,12 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import (
     PREFERRED_WORD,
     ROUTER_FLAGS,
     SERVER_FLAGS,
+    WEIGHT_WORD,
     choice_errors,
     render,
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import LOCAL_HOST, is_address
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import WEIGHTS
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_programs import helper_module_paths
 
 VAR = "sglang_services_topology"
@@ -167,7 +169,8 @@ def _router_argv(svc: dict[str, Any], topology: dict[str, Any], settings: dict[s
 
 
 # Files of the model directory each kind of service reads at start (SGLang's ModelConfig and tokenizer manager;
-# the router's --tokenizer-path). Weights are not among them: hashing hundreds of GB at every plan is no plan.
+# the router's --tokenizer-path). The weights are an input by their manifest (module_utils/sglang_records.py,
+# "weights:"), not by content: hashing hundreds of GB at every plan is no plan.
 SERVER_MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
 ROUTER_MODEL_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -186,6 +189,9 @@ def unit_inputs(unit: str, name: str, server: bool, credentials: dict[str, str],
         inputs.append(f"distributions:{runtime}")
     model_files = SERVER_MODEL_FILES if server else ROUTER_MODEL_FILES
     inputs += [f"{settings['model_path']}/{file}" for file in model_files]
+    if server:
+        # The weights by their manifest (names, sizes, times): new weights restart both servers, never the router.
+        inputs.append(f"{WEIGHTS}{settings['model_path']}")
     return inputs
 
 
@@ -242,8 +248,8 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
 
 
 SPECIFIERS = ("%d/",)
-# The one environment variable an Exec= line takes from systemd, as a word of its own (module_utils/sglang_flags.py).
-EXPANDED = (PREFERRED_WORD,)
+# The environment variables an Exec= line takes from systemd, each a word of its own (module_utils/sglang_flags.py).
+EXPANDED = (PREFERRED_WORD, WEIGHT_WORD)
 
 
 def sglang_systemd_argv(argv: list[str]) -> str:

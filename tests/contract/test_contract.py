@@ -37,9 +37,14 @@ PREFERRED = flags.preferred_sampling_params(
 )
 
 
+# What a start's record step writes for the weights it loads (module_utils/sglang_records.py).
+WEIGHT_VERSION = "sha256:0123456789abcdef"
+
+
 def _server_flags(rendered: dict[str, Path], host: str, unit: str, credentials: Path) -> list[str]:
     unit_file = rendered[host] / f"sglang-dsv4-{unit}.service"
-    return flags_after_launcher(exec_start_argv(unit_file, credentials, {flags.PREFERRED_ENV: PREFERRED}))
+    environment = {flags.PREFERRED_ENV: PREFERRED, flags.WEIGHT_ENV: WEIGHT_VERSION}
+    return flags_after_launcher(exec_start_argv(unit_file, credentials, environment))
 
 
 def _flag_names(flags: list[str]) -> list[str]:
@@ -78,6 +83,7 @@ def test_rendered_server_command_line_parses_with_exact_flag_names(parsed: dict[
     values = result["values"]
     assert values["sampling_defaults"] == "model"
     assert values["disaggregation_mode"] == unit
+    assert values["weight_version"] == WEIGHT_VERSION
     assert values["host"] == "127.0.0.1"
     assert values["tp_size"] == 4
     assert values["kv_cache_dtype"] == "fp8_e4m3"

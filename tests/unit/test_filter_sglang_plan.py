@@ -81,3 +81,16 @@ def test_a_key_files_digest_is_keyed_so_the_arguments_are_no_oracle_for_the_key(
     assert hashlib.sha256(b"weak-key-0000000").hexdigest() not in out[0]["sha256"]
     assert out[0]["sha256"] == keyed_digest(b"weak-key-0000000", "run-key-1")
     assert f.sglang_file_digests(files, "run-key-2")[0]["sha256"] != out[0]["sha256"]
+
+
+def test_the_table_says_which_weights_each_host_holds_and_which_its_servers_started_from():
+    running = {"sglang-dsv4-prefill": "sha256:aaaa", "sglang-dsv4-decode": "sha256:aaaa"}
+    plan = {"empty": True, "weights": {"version": "sha256:aaaa", "files": 61, "running": running}}
+    lines = " ".join(" ".join(f.sglang_plan_table([plan], ["h"])).split())
+    assert "weights sha256:aaaa (61 weight files), running" in lines
+    moved = {**plan["weights"], "version": "sha256:bbbb", "running": {**running, "sglang-dsv4-decode": None}}
+    lines = " ".join(" ".join(f.sglang_plan_table([{"empty": False, "weights": moved}], ["h"])).split())
+    assert (
+        "weights sha256:bbbb (61 weight files); started from: sglang-dsv4-decode unknown, sglang-dsv4-prefill"
+        " sha256:aaaa" in lines
+    )

@@ -17,6 +17,19 @@ def router():
     second_arrived = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            # /model_info of a server at /srv/<version>, with the weight_version it was started with.
+            if not self.path.endswith("/model_info"):
+                self.send_response(404)
+                self.end_headers()
+                return
+            version = self.path.split("/")[-2]
+            data = json.dumps({"weight_version": version} if version != "none" else {"model_path": "m"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append({"body": body, "auth": self.headers.get("Authorization")})
@@ -69,3 +82,37 @@ def test_answers_come_back_in_question_order_with_the_key_and_every_status(route
 def test_a_router_that_does_not_listen_answers_status_0():
     answer = ask.answer("http://127.0.0.1:9/v1/chat/completions", "", 2, ask.chat_body("hi", "m", 8))
     assert answer["status"] == 0 and answer["content"] is None and answer["msg"].startswith("no answer")
+
+
+class FailError(Exception):
+    pass
+
+
+class Module:
+    def __init__(self, params):
+        self.params = params
+
+    def fail_json(self, **kwargs):
+        raise FailError(kwargs["msg"])
+
+
+def test_each_server_reports_its_weight_version_beside_the_one_the_directory_holds_now(router, tmp_path):
+    url, _seen = router
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    expected = ask.weight_version(ask.weights_digest(str(tmp_path)))
+    servers = [
+        {"name": "sglang-dsv4-prefill", "health_url": f"{url}/{expected}/health"},
+        {"name": "sglang-dsv4-decode", "health_url": f"{url}/sha256:old/health"},
+    ]
+    read = ask.weights(Module({"servers": servers, "model_path": str(tmp_path), "api_key": ""}))
+    assert read == {
+        "model_path": str(tmp_path),
+        "expected": expected,
+        "files": 1,
+        "servers": {"sglang-dsv4-prefill": expected, "sglang-dsv4-decode": "sha256:old"},
+    }
+    assert ask.weights(Module({"servers": servers, "model_path": None, "api_key": ""})) is None
+    # A server that cannot say which weights it runs fails the call, naming it: never counted as the right ones.
+    silent = [{"name": "sglang-dsv4-decode", "health_url": f"{url}/none/health"}]
+    with pytest.raises(FailError, match=r"sglang-dsv4-decode: .*/none/model_info did not answer a JSON object with a"):
+        ask.weights(Module({"servers": silent, "model_path": str(tmp_path), "api_key": ""}))

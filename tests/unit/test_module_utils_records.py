@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_records as records
 
 
@@ -38,3 +40,58 @@ def test_record_keeps_the_runtime_it_started_from(tmp_path, monkeypatch):
     monkeypatch.setenv("INVOCATION_ID", "inv-9")
     entry = records.record(str(tmp_path / "run/x.json"), [f"distributions:{tmp_path / 'venv'}"])
     assert entry["runtime"] == {str(tmp_path / "venv"): {"sglang": "0.5.23"}}
+
+
+def test_the_weights_input_follows_the_weight_files_names_sizes_and_times_and_nothing_else(tmp_path):
+    spec = f"weights:{tmp_path}"
+    empty = records.input_digest(spec)
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"a" * 8)
+    one = records.input_digest(spec)
+    assert one != empty
+    # generation_config.json and the other small files are inputs of their own: a sampling change is no new weights.
+    (tmp_path / "generation_config.json").write_text("{}")
+    (tmp_path / "config.json").write_text("{}")
+    assert records.input_digest(spec) == one
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    two = records.input_digest(spec)
+    assert two != one
+    shard = tmp_path / "model-00001-of-00002.safetensors"
+    shard.write_bytes(b"b" * 9)  # new weights: another size
+    assert records.input_digest(spec) != two
+    stat = shard.stat()
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # the same size, written again
+    assert records.input_digest(spec) not in (two, None)
+    # A Hugging Face cache links each file to its blob: the target is what counts; a dangling link counts too.
+    (tmp_path / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "blob")
+    dangling = records.input_digest(spec)
+    (tmp_path / "blob").write_bytes(b"c")
+    assert records.input_digest(spec) != dangling
+    assert [name for name, _size, _mtime in records.weights_manifest(str(tmp_path))] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ]
+
+
+def test_a_start_records_its_weight_version_and_hands_it_to_systemd_beside_its_record(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w")
+    monkeypatch.setenv("INVOCATION_ID", "inv-1")
+    record_path = tmp_path / "run/sglang-dsv4-prefill.json"
+    entry = records.record(str(record_path), [f"weights:{model}"])
+    version = records.weight_version(records.weights_digest(str(model)))
+    assert version.startswith("sha256:") and len(version) == len("sha256:") + 16
+    assert entry["weights"] == {str(model): version}
+    env = tmp_path / "run/sglang-dsv4-prefill.weights.env"
+    assert env.read_text() == f"SGLANG_DSV4_WEIGHT_VERSION={version}\n"
+    assert env.stat().st_mode & 0o777 == 0o600
+    # A service without weights (the router) gets no such file.
+    records.record(str(tmp_path / "run/sglang-dsv4-router.json"), [])
+    assert not (tmp_path / "run/sglang-dsv4-router.weights.env").exists()
+
+
+def test_the_helper_set_and_the_flag_table_name_the_same_variable():
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_flags
+
+    assert records.WEIGHT_ENV == sglang_flags.WEIGHT_ENV

@@ -151,6 +151,7 @@ def lab(tmp_path, monkeypatch):
         "ready": [],
         "ready_timeout": 5,
         "generation_config": None,
+        "model_path": None,
         "generate": None,
         "judge": JUDGE,
         "close": {
@@ -250,3 +251,17 @@ def test_a_router_that_does_not_answer_generate_is_named():
     assert verdict.generate_failures(unanswered, MANAGED, "gpu-1", "http://r") == [
         "The router at http://r on gpu-1 answered 404 to a /generate request without sampling parameters (Not Found)."
     ]
+
+
+def test_a_server_that_runs_other_weights_than_the_directory_holds_is_named_with_both_versions():
+    weights = {
+        "model_path": "/srv/models/DeepSeek-V4-Flash",
+        "expected": "sha256:bbbb",
+        "files": 2,
+        "servers": {"sglang-dsv4-prefill": "sha256:bbbb", "sglang-dsv4-decode": "sha256:aaaa"},
+    }
+    (failure,) = verdict.failures(asked(weights=weights), JUDGE, "http://127.0.0.1:8000")
+    assert failure.startswith("sglang-dsv4-decode on gpu-1 reports weight_version='sha256:aaaa' (its /model_info)")
+    assert "/srv/models/DeepSeek-V4-Flash are 'sha256:bbbb' (2 weight files)" in failure
+    matching = {**weights, "servers": dict.fromkeys(weights["servers"], "sha256:bbbb")}
+    assert verdict.failures(asked(weights=matching), JUDGE, "http://127.0.0.1:8000") == []

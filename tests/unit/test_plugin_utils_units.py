@@ -176,6 +176,8 @@ def test_inputs_are_what_each_service_starts_from():
         f"{model}/generation_config.json",
         f"{model}/tokenizer.json",
         f"{model}/tokenizer_config.json",
+        # The weights, by their manifest: new weights restart the servers (and set --weight-version), not the router.
+        f"weights:{model}",
     ]
     assert specs["router"]["inputs"] == [
         "/etc/systemd/system/sglang-dsv4-router.service",

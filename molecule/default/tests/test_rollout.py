@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GENCONFIG, ROOT, deploy, inventory, recap, text
+from conftest import GENCONFIG, ROOT, deploy, inventory, lab_secret, recap, text
 
 BIN = Path(sys.executable).parent
 LOCK = "/run/sglang-dsv4-deploy"
@@ -265,3 +265,51 @@ def test_a_server_whose_defaults_hold_a_key_the_file_does_not_set_fails_the_proo
     for unit in SERVERS:
         line = logged(host, unit)
         assert "'temperature': 0.6" in line and "'top_p': 0.95" in line and "top_k" not in line, line
+
+
+def served_weight_version(host, unit: str) -> str:
+    """The weight_version a server reports in effect (its /model_info), asked on the host with the client key."""
+    port = re.search(r" --port (\d+)", host.file(f"/etc/systemd/system/sglang-dsv4-{unit}.service").content_string)
+    key = lab_secret("sglang_services_api_key")
+    out = host.check_output(f"curl -sf -H 'Authorization: Bearer {key}' http://127.0.0.1:{port.group(1)}/model_info")
+    return json.loads(out)["weight_version"]
+
+
+def test_new_weights_are_a_planned_restart_of_both_servers_and_each_server_reports_their_version(host):
+    """Which weights each server runs: --weight-version is the digest of the model directory's weights manifest
+    (names, sizes, times of the weight files), written by each start's record step; new weights are an input
+    that changed, so the plan restarts prefill and decode together (never the router), and the verification
+    proves that each server reports the version of the weights on disk."""
+    shard = "/srv/models/DeepSeek-V4-Flash/model-00001-of-00001.safetensors"
+    env = "/run/sglang-dsv4/sglang-dsv4-{}.weights.env"
+    old = {u: served_weight_version(host, u) for u in SERVERS}
+    assert set(old.values()) == {host.file(env.format("prefill")).content_string.split("=", 1)[1].strip()}
+    (old_version,) = set(old.values())
+    assert re.fullmatch(r"sha256:[0-9a-f]{16}", old_version), old_version
+    # New weights, as a copy of a new checkpoint lands: another file of another size, in place.
+    host.check_output(f"cp -p {shard} /root/shard.bak && printf 'new' >> {shard}")
+    try:
+        # Until a deploy restarts them, the servers run other weights than the directory holds: the proof says so.
+        out = deploy("--tags", "verify")
+        said = " ".join(text(out).split())
+        assert out.returncode != 0
+        assert f"sglang-dsv4-prefill on dsv4-mol-1 reports weight_version='{old_version}' (its /model_info)" in said
+        before = main_pids(host)
+        out = deploy()
+        assert out.returncode == 0, out.stdout[-3000:]
+        said = " ".join(out.stdout.split())
+        assert f"started from: sglang-dsv4-decode {old_version}, sglang-dsv4-prefill {old_version}" in said
+        assert f"weights /srv/models/DeepSeek-V4-Flash ({old_version} -> sha256:" in said
+        after = main_pids(host)
+        assert after["prefill"] != before["prefill"] and after["decode"] != before["decode"]
+        assert after["router"] == before["router"]
+        new = {u: served_weight_version(host, u) for u in SERVERS}
+        (new_version,) = set(new.values())
+        assert new_version != old_version
+        assert host.file(env.format("decode")).content_string == f"SGLANG_DSV4_WEIGHT_VERSION={new_version}\n"
+        # The next plan sees the servers on the weights the directory holds: nothing to do.
+        out = deploy()
+        assert out.returncode == 0 and "apply to 0 of 1 host(s): none" in out.stdout, out.stdout[-3000:]
+        assert f"weights {new_version} (2 weight files), running" in " ".join(out.stdout.split())
+    finally:
+        host.check_output(f"cp -p /root/shard.bak {shard}")

@@ -624,7 +624,8 @@ class ServerApp(App):
                 "tokenizer_path": self.args.model_path,
                 "is_generation": True,
                 "preferred_sampling_params": self.preferred,
-                "weight_version": "default",
+                # The value in effect (sglang 0.5.23: tokenizer_manager.config_value("weight_version")).
+                "weight_version": self.args.weight_version,
                 "load_format": "auto",
                 "reasoning_parser": self.args.reasoning_parser,
                 "tool_call_parser": self.args.tool_call_parser,
@@ -862,6 +863,8 @@ def server_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--preferred-sampling-params")
+    # sglang 0.5.23 srt/arg_groups/fields/serving.py: weight_version, a str, "default" when not given.
+    p.add_argument("--weight-version", default="default")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--reasoning-parser")
     p.add_argument("--tool-call-parser")
