@@ -46,6 +46,12 @@ REPORTED = (
     "served_model_name",
     "api_key",
     "preferred_sampling_params",
+    "weight_version",
+    "revision",
+    "dtype",
+    "quantization",
+    "load_format",
+    "page_size",
 )
 
 

@@ -100,6 +100,36 @@ def test_rendered_server_command_line_parses_with_exact_flag_names(parsed: dict[
     assert values["port"] == expected_port[host][unit]
 
 
+# What the KV cache crosses with, as the real parser resolves it: prefill and decode of one host must agree on each.
+PD_EQUAL_FIELDS = (
+    "model_path",
+    "revision",
+    "dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "load_format",
+    "page_size",
+    "disaggregation_transfer_backend",
+    "weight_version",
+)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_prefill_and_decode_of_a_host_agree_on_what_the_kv_cache_crosses_with(
+    parsed: dict[str, Any], rendered: dict[str, Path], host: str
+) -> None:
+    """Held on the rendered units, parsed by the real sglang 0.5.23: the same model, dtype, KV cache, transfer
+    backend and weights on both sides, and the same runtime release (the launcher: the release's own python)."""
+    index = {pair: i for i, pair in enumerate(itertools.product(HOSTS, SERVERS))}
+    prefill, decode = (parsed["answer"]["server"]["results"][index[(host, unit)]]["values"] for unit in SERVERS)
+    assert {field: prefill[field] for field in PD_EQUAL_FIELDS} == {field: decode[field] for field in PD_EQUAL_FIELDS}
+    launchers = []
+    for unit in SERVERS:
+        argv = exec_start_argv(rendered[host] / f"sglang-dsv4-{unit}.service")
+        launchers.append(argv[: len(argv) - len(flags_after_launcher(argv))])
+    assert launchers[0] == launchers[1] and launchers[0], launchers
+
+
 @pytest.mark.parametrize("index", range(len(HOSTS)))
 def test_rendered_router_command_line_parses(parsed: dict[str, Any], index: int) -> None:
     result = parsed["answer"]["router"]["results"][index]
