@@ -133,6 +133,20 @@ def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, 
     assert not after["lock"]
 
 
+def end_lease_and_wait_for_the_guard(host, seconds: int) -> None:
+    """End the killed run's lease (as time would), then wait until the host's guard has put the workers back (it looks
+    every 30 s): within `seconds`, with its message."""
+    host.run_test(
+        f"python3 -c \"import json; p='{LOCK}/owner.json'; o=json.load(open(p)); o['lease_until']=0;"
+        " json.dump(o, open(p, 'w'))\""
+    )
+    deadline = time.monotonic() + seconds
+    while not in_rotation(host, ROUTER):
+        assert time.monotonic() < deadline, f"the guard did not put the host back: {guard_said(host)}"
+        time.sleep(2)
+    assert "worker(s) back in rotation" in guard_said(host)
+
+
 def test_a_controller_killed_right_after_the_drain_costs_capacity_no_longer_than_the_lease(host, cases):
     """SIGKILL right after the drain: the host is out of rotation, nothing restarted. While the killed run's lease
     lives the host's guard leaves it alone; once the lease has ended (set here to its end, as time would) the guard
@@ -150,16 +164,7 @@ def test_a_controller_killed_right_after_the_drain_costs_capacity_no_longer_than
     time.sleep(40)
     assert host.file(DRAIN).exists, guard_said(host)
     assert "a rollout holds the host" in guard_said(host)
-    # The lease ends.
-    host.run_test(
-        f"python3 -c \"import json; p='{LOCK}/owner.json'; o=json.load(open(p)); o['lease_until']=0;"
-        " json.dump(o, open(p, 'w'))\""
-    )
-    deadline = time.monotonic() + 120
-    while not in_rotation(host, ROUTER):
-        assert time.monotonic() < deadline, f"the guard did not put the host back: {guard_said(host)}"
-        time.sleep(2)
-    assert "worker(s) back in rotation" in guard_said(host)
+    end_lease_and_wait_for_the_guard(host, 120)
     assert pids(host_state(host)) == pids(before)
     assert "sglang-dsv4-undrain-guard" not in host.check_output("systemctl list-timers --all --no-legend")
     converges(host, change(case), *break_args(host))
@@ -184,16 +189,7 @@ def test_a_controller_killed_between_the_drain_and_the_undrain_ends_in_rotation_
     assert left["lock"] and runs_from_disk(left) == []
     assert set(temperatures(left).values()) == {change(case)["sglang_genconfig_temperature"]}
     assert all(pids(left)[unit] != pids(before)[unit] for unit in ("prefill", "decode", "router"))
-    host.run_test(
-        f"python3 -c \"import json; p='{LOCK}/owner.json'; o=json.load(open(p)); o['lease_until']=0;"
-        " json.dump(o, open(p, 'w'))\""
-    )
-    # The guard looks every 30 s: back within two looks and the balancer's notice.
-    deadline = time.monotonic() + 90
-    while not in_rotation(host, ROUTER):
-        assert time.monotonic() < deadline, f"the guard did not put the host back: {guard_said(host)}"
-        time.sleep(2)
-    assert "worker(s) back in rotation" in guard_said(host)
+    end_lease_and_wait_for_the_guard(host, 90)
     after = host_state(host)
     assert runs_from_disk(after) == [] and pids(after) == pids(left)
     assert "sglang-dsv4-undrain-guard" not in host.check_output("systemctl list-timers --all --no-legend")
