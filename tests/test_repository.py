@@ -81,11 +81,16 @@ def test_lab_standin_is_refused_against_production_before_any_connection(setting
     assert "UNREACHABLE" not in out.stdout
 
 
+# The entry point whose argument spec declares a role's variables: `main`, but for sglang_common, every role's
+# dependency, whose checks are their own entry point (a `main` one would run at every import of every role).
+VARIABLES_ENTRY = {"sglang_common": "preflight"}
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_defaults_and_argument_specs_agree(role):
     defaults = yaml.safe_load((ROOT / f"roles/{role}/defaults/main.yml").read_text()) or {}
     specs = yaml.safe_load((ROOT / f"roles/{role}/meta/argument_specs.yml").read_text())
-    options = specs["argument_specs"]["main"]["options"]
+    options = specs["argument_specs"][VARIABLES_ENTRY.get(role, "main")]["options"]
     assert set(defaults) <= set(options), f"undocumented: {set(defaults) - set(options)}"
     assert all(name.startswith(role + "_") for name in options), options
     for name, option in options.items():
@@ -329,7 +334,7 @@ def test_every_role_variable_has_a_bad_input_case():
     covered = {name for table in cases.values() for case in table for name in case["vars"]}
     for role in ROLES:
         specs = yaml.safe_load((ROOT / f"roles/{role}/meta/argument_specs.yml").read_text())["argument_specs"]
-        missing = set(specs["main"]["options"]) - covered
+        missing = set(specs[VARIABLES_ENTRY.get(role, "main")]["options"]) - covered
         assert not missing, f"{role}: no case in tests/bad_inputs.yml for {sorted(missing)}"
 
 
@@ -384,3 +389,16 @@ def test_no_import_of_the_services_role_carries_a_condition_or_variables_its_han
 
         walk(yaml.safe_load(path.read_text()), path.name)
     assert not found, found
+
+
+def test_the_shared_role_adds_no_task_where_another_role_depends_on_it():
+    """Every role depends on sglang_common for the on-host layout (its vars). With a tasks/main.yml or a `main`
+    argument spec, each import of any role would run its validation and checks again: two workers per host per
+    import (28 per host per step of the apply). Its checks are an entry point of their own, run once by the plan."""
+    specs = yaml.safe_load((ROOT / "roles/sglang_common/meta/argument_specs.yml").read_text())["argument_specs"]
+    assert "main" not in specs and "preflight" in specs
+    assert not (ROOT / "roles/sglang_common/tasks/main.yml").exists()
+    dependents = [
+        p.parent.parent.name for p in (ROOT / "roles").glob("*/meta/main.yml") if "sglang_common" in p.read_text()
+    ]
+    assert len(dependents) >= 6, dependents
