@@ -270,8 +270,13 @@ def test_a_server_whose_defaults_hold_a_key_the_file_does_not_set_fails_the_proo
 def served_weight_version(host, unit: str) -> str:
     """The weight_version a server reports in effect (its /model_info), asked on the host with the client key."""
     port = re.search(r" --port (\d+)", host.file(f"/etc/systemd/system/sglang-dsv4-{unit}.service").content_string)
-    key = lab_secret("sglang_services_api_key")
-    out = host.check_output(f"curl -sf -H 'Authorization: Bearer {key}' http://127.0.0.1:{port.group(1)}/model_info")
+    ask = (
+        "import json, sys, urllib.request as u;"
+        " r = u.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]});"
+        " print(u.urlopen(r, timeout=10).read().decode())"
+    )
+    url = f"http://127.0.0.1:{port.group(1)}/model_info"
+    out = host.check_output(f'python3 -c "{ask}" {url} {lab_secret("sglang_services_api_key")}')
     return json.loads(out)["weight_version"]
 
 
