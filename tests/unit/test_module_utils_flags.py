@@ -48,7 +48,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _option_specs() -> dict:
     options = {}
     for path in ROOT.glob("roles/*/meta/argument_specs.yml"):
-        options.update(yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"])
+        specs = yaml.safe_load(path.read_text())["argument_specs"]
+        # sglang_common declares its variable in its checks' entry point (it has no main one).
+        options.update(specs.get("main", specs.get("preflight"))["options"])
     return options
 
 
