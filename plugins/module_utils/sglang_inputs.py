@@ -115,9 +115,13 @@ def managed_flag_errors(name: str, flags: Any, managed: dict[str, str]) -> list[
         hits = sorted(m for m in managed if m == option or m.startswith(option))
         if hits:
             owner = managed[hits[0]]
-            errors.append(
-                f"{name}[{index}]={token!r} sets {', '.join(hits)}, which the collection manages (set {owner} instead)"
-            )
+            # A row the collection sets itself says why ("the collection (why)"); any other names its variable.
+            if owner.startswith("the collection"):
+                why = owner.removeprefix("the collection").strip().removeprefix("(").removesuffix(")")
+                how = f": {why}" if why else ""
+            else:
+                how = f" (set {owner} instead)"
+            errors.append(f"{name}[{index}]={token!r} sets {', '.join(hits)}, which the collection manages{how}")
     return errors
 
 
