@@ -393,8 +393,8 @@ def test_no_import_of_the_services_role_carries_a_condition_or_variables_its_han
 
 def test_the_shared_role_adds_no_task_where_another_role_depends_on_it():
     """Every role depends on sglang_common for the on-host layout (its vars). With a tasks/main.yml or a `main`
-    argument spec, each import of any role would run its validation and checks again: two workers per host per
-    import (28 per host per step of the apply). Its checks are an entry point of their own, run once by the plan."""
+    argument spec, its validation and checks would run wherever Ansible runs the dependency again (two workers per
+    host each time). Its checks are an entry point of their own, run once by the plan."""
     specs = yaml.safe_load((ROOT / "roles/sglang_common/meta/argument_specs.yml").read_text())["argument_specs"]
     assert "main" not in specs and "preflight" in specs
     assert not (ROOT / "roles/sglang_common/tasks/main.yml").exists()
