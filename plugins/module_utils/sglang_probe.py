@@ -35,11 +35,8 @@ def model_info_url(health_url: str) -> str:
     return str(health_url).removesuffix("/health") + "/model_info"
 
 
-def weight_version(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:
-    """(the weight_version in effect, None) or (None, why it could not be read). From /model_info: SGLang 0.5.23
-    reports there the value in effect (its control plane can change it after the start); /server_info keeps the
-    start's."""
-    url = model_info_url(health_url)
+def _json_object(url: str, key: str, timeout: int) -> tuple[dict[str, Any] | None, str | None]:
+    """(the JSON object a server answered at url, None) or (None, why there is none)."""
     status, message, body = call(url, key=key, timeout=timeout)
     if status != 200:
         return None, f"{url} answered {status or 'nothing'} ({message})"
@@ -47,9 +44,20 @@ def weight_version(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> t
         info = json.loads(body)
     except ValueError:
         info = None
-    if not isinstance(info, dict) or not isinstance(info.get("weight_version"), str):
-        return None, f"{url} did not answer a JSON object with a weight_version"
-    return info["weight_version"], None
+    if not isinstance(info, dict):
+        return None, f"{url} did not answer a JSON object"
+    return info, None
+
+
+def weight_version(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:
+    """(the weight_version in effect, None) or (None, why it could not be read). From /model_info: SGLang 0.5.23
+    reports there the value in effect (its control plane can change it after the start); /server_info keeps the
+    start's."""
+    url = model_info_url(health_url)
+    info, why = _json_object(url, key, timeout)
+    if info is not None and not isinstance(info.get("weight_version"), str):
+        why = f"{url} did not answer a JSON object with a weight_version"
+    return (None, why) if why else (info["weight_version"], None)
 
 
 def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[str | None, str | None]:
@@ -61,16 +69,9 @@ def sampling_mode(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tu
 def served_with(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tuple[dict[str, Any] | None, str | None]:
     """What the server says it runs with, from its /server_info: its `sampling_defaults` mode and its
     `preferred_sampling_params` (the defaults of native /generate, an object or null); or (None, why not)."""
-    url = server_info_url(health_url)
-    status, message, body = call(url, key=key, timeout=timeout)
-    if status != 200:
-        return None, f"{url} answered {status or 'nothing'} ({message})"
-    try:
-        info = json.loads(body)
-    except ValueError:
-        info = None
-    if not isinstance(info, dict):
-        return None, f"{url} did not answer a JSON object"
+    info, why = _json_object(server_info_url(health_url), key, timeout)
+    if info is None:
+        return None, why
     return {key: info.get(key) for key in ("sampling_defaults", "preferred_sampling_params")}, None
 
 
