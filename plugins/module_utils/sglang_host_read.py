@@ -24,13 +24,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_host_checks import check_errors
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
-    input_digest,
-    inputs_digest,
-    weight_version,
-    weights_digest,
-    weights_manifest,
-)
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import input_digest, inputs_digest, weights_now
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import read_releases, releases_found
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     defaults_errors,
@@ -261,7 +255,7 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
         plan["restart_seconds"] = max(loads) if loads and None not in loads else None
     plan["releases"] = releases
     plan["releases_found"] = releases_found(params["releases"])
-    plan["weights"] = weights_now(params["checks"].get("model_path"), state, groups)
+    plan["weights"] = plan_weights(params["checks"].get("model_path"), state, groups)
     result = {
         # Read-only: "changed" only for --check, where it means "would change" (and lets --diff show the diffs).
         "changed": params["report_changes"] and not plan["empty"],
@@ -277,15 +271,14 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def weights_now(model_path: str | None, state: dict[str, Any], groups: dict[str, str]) -> dict[str, Any] | None:
+def plan_weights(model_path: str | None, state: dict[str, Any], groups: dict[str, str]) -> dict[str, Any] | None:
     """The weight version of the model directory's weights manifest now (what the servers' next start gets,
     module_utils/sglang_records.py), how many weight files it names, and the version each server's current start
     got (None: no record of one)."""
     if not model_path:
         return None
     return {
-        "version": weight_version(weights_digest(model_path)),
-        "files": len(weights_manifest(model_path)),
+        **weights_now(model_path),
         "running": {name: state[name]["weight_version"] for name, group in groups.items() if group == "servers"},
     }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from typing import Any
 
@@ -81,16 +82,27 @@ def weights_manifest(model_dir: str) -> list[tuple[str, int, int]]:
         except OSError:
             manifest.append((name, -1, 0))
             continue
-        if os.path.isdir(os.path.join(model_dir, name)):
-            continue
-        manifest.append((name, info.st_size, info.st_mtime_ns))
+        if not stat.S_ISDIR(info.st_mode):
+            manifest.append((name, info.st_size, info.st_mtime_ns))
     return manifest
 
 
-def weights_digest(model_dir: str) -> str:
-    """The digest of a model directory's weights manifest (weights_manifest): the same text, the same weights."""
-    text = "".join(f"{name}\0{size}\0{mtime}\n" for name, size, mtime in weights_manifest(model_dir))
+def manifest_digest(manifest: list[tuple[str, int, int]]) -> str:
+    """The digest of a weights manifest (weights_manifest): the same text, the same weights."""
+    text = "".join(f"{name}\0{size}\0{mtime}\n" for name, size, mtime in manifest)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def weights_digest(model_dir: str) -> str:
+    """The digest of a model directory's weights manifest."""
+    return manifest_digest(weights_manifest(model_dir))
+
+
+def weights_now(model_dir: str) -> dict[str, Any]:
+    """The weight version the model directory's manifest gives now, and how many weight files it names (one read
+    of the directory): what the plan shows and the verification holds each server to."""
+    manifest = weights_manifest(model_dir)
+    return {"version": weight_version(manifest_digest(manifest)), "files": len(manifest)}
 
 
 def weight_version(digest: str) -> str:

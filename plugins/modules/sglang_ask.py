@@ -167,11 +167,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import (
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
-    weight_version,
-    weights_digest,
-    weights_manifest,
-)
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import weights_now
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
 
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
@@ -203,12 +199,8 @@ def weights(module: AnsibleModule) -> dict | None:
         if why:
             module.fail_json(msg=f"{server['name']}: {why}")
         reported[server["name"]] = version
-    return {
-        "model_path": p["model_path"],
-        "expected": weight_version(weights_digest(p["model_path"])),
-        "files": len(weights_manifest(p["model_path"])),
-        "servers": reported,
-    }
+    now = weights_now(p["model_path"])
+    return {"model_path": p["model_path"], "expected": now["version"], "files": now["files"], "servers": reported}
 
 
 def chat_body(question, model: str, max_tokens: int) -> dict:

@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_records as records
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_ask as ask
 
 
@@ -99,7 +100,7 @@ class Module:
 def test_each_server_reports_its_weight_version_beside_the_one_the_directory_holds_now(router, tmp_path):
     url, _seen = router
     (tmp_path / "model.safetensors").write_bytes(b"w")
-    expected = ask.weight_version(ask.weights_digest(str(tmp_path)))
+    expected = records.weight_version(records.weights_digest(str(tmp_path)))
     servers = [
         {"name": "sglang-dsv4-prefill", "health_url": f"{url}/{expected}/health"},
         {"name": "sglang-dsv4-decode", "health_url": f"{url}/sha256:old/health"},

@@ -95,3 +95,12 @@ def test_the_helper_set_and_the_flag_table_name_the_same_variable():
     from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_flags
 
     assert records.WEIGHT_ENV == sglang_flags.WEIGHT_ENV
+
+
+def test_weights_now_is_the_manifests_version_and_file_count_from_one_read(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    (tmp_path / "nested.bin").mkdir()  # a folder is no weight file
+    assert records.weights_now(str(tmp_path)) == {
+        "version": records.weight_version(records.weights_digest(str(tmp_path))),
+        "files": 1,
+    }
