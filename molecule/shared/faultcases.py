@@ -41,6 +41,12 @@ AFTER_DRAIN = f"{RESTART}>after_drain"
 # Restarted from the new files, still drained: a kill there leaves the host's guard to put it back.
 BEFORE_UNDRAIN = f"{RESTART}>before_undrain"
 
+# The sampling defaults' one call (module sglang_generation_config: generation_config.json, then the managed defaults
+# and the helper set), and the point between its writes.
+GENCONFIG_WRITE = (
+    "Merge the sampling defaults into generation_config.json, and install the managed defaults and the helper set"
+)
+
 # The verification's one call (module sglang_ask): ready, read, ask, judge, and the apply's close when nothing follows.
 VERIFY = "Ask the router, and read both servers when the verification asks"
 
@@ -49,9 +55,9 @@ STEPS = [
     # Points inside the apply's first call (module sglang_rollout_open: lock, snapshot, read under the lock).
     ("after the lock", f"{OPEN}>after_lock"),
     ("after the snapshot", f"{OPEN}>after_snapshot"),
-    ("after the generation_config.json write", "Install the managed defaults and the helper set"),
+    ("after the generation_config.json write", f"{GENCONFIG_WRITE}>after_generation_config"),
     ("after the env files' write", "Stage the units and the target"),
-    ("after the units' write", "Restart prefill and decode if the host's state says they do not run from their inputs"),
+    ("after the units' write", "Restart what the host's state says does not run from its inputs"),
     # Points inside the restart's one call (module sglang_host_restart: decide, drain, restart, undrain).
     ("after the drain", AFTER_DRAIN),
     ("at the restart request", f"{RESTART}>at_restart"),

@@ -12,8 +12,12 @@ description:
   - Writes stable JSON (two-space indent, key order kept), so a re-run is byte-identical.
   - Keeps the untouched original once as C(generation_config.json.orig) and a timestamped backup per change.
   - Supports check mode and diff mode.
+  - O(files), the role's other files (the managed defaults the units' pre-start healer reads, and its helper set),
+    are written in the same call after the file, as M(dsv4.sglang.sglang_managed_files) writes them, so that a change
+    of the sampling defaults is one host-side call; the lock is checked before each of the two writes.
 extends_documentation_fragment:
   - dsv4.sglang.fence
+  - dsv4.sglang.lab_fault
 options:
   path:
     description: Path of generation_config.json.
@@ -31,6 +35,20 @@ options:
     description: Keep a timestamped copy of the file before each change.
     type: bool
     default: true
+  files:
+    description:
+      - Files written in the same call after the merge, each with C(path), C(mode) (octal string) and C(content)
+        (null - the file must not exist); root-owned, never through a link or into a folder another account could
+        have planted (as M(dsv4.sglang.sglang_managed_files)). Other keys are ignored.
+      - Its lab fault point C(after_generation_config) lies between the file's write and these.
+    type: list
+    elements: dict
+    default: []
+  directories:
+    description: Folders made first for O(files), each with C(path) and C(mode).
+    type: list
+    elements: dict
+    default: []
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -57,14 +75,25 @@ applied:
   description: The managed sampling keys after the change.
   returned: always
   type: dict
+written:
+  description: The paths of O(files) written (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: The paths of O(files) removed (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lab_fault, sglang_lock
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import UnsafeFileError, load, write_atomic
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_managed import RefusedError, planned_files, write_files
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     SAMPLING_KEYS,
     merge,
@@ -72,20 +101,22 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaul
     validate,
 )
 
+# The lab fault matrix's point inside this call (module_utils/sglang_lab_fault.py): the file written, not yet the
+# managed defaults.
+POINTS = ("after_generation_config",)
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "sampling": {"type": "dict", "required": True},
-            "allow_greedy": {"type": "bool", "default": False},
-            "backup": {"type": "bool", "default": True},
-            "fence": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
-    path, sampling = module.params["path"], module.params["sampling"]
+
+def apply(module) -> None:
+    """Merge, then write the role's other files; exits through the module (exit_json or fail_json)."""
+    path, sampling, fault = module.params["path"], module.params["sampling"], module.params["lab_fault"]
     errors = validate(sampling, module.params["allow_greedy"])
+    try:
+        planned_files(module.params["files"], None)
+    except RefusedError as error:
+        errors.append(str(error))
+    refused = sglang_lab_fault.refused(fault, POINTS)
+    if refused:
+        errors.append(refused)
     if errors:
         module.fail_json(msg="; ".join(errors))
     if not os.path.isdir(os.path.dirname(path)):
@@ -117,7 +148,37 @@ def main() -> None:
             write_atomic(backup, before, like=path)
             result["backup_file"] = backup
         write_atomic(path, after, like=path)
+    sglang_lab_fault.at(fault, "after_generation_config", lambda msg: module.fail_json(msg=msg, **result))
+    try:
+        # The lock is checked again (and its lease renewed) before these writes, as before the file's.
+        files = write_files(
+            module.params["files"],
+            module.params["directories"],
+            None,
+            module.check_mode,
+            lambda: sglang_lock.fenced(module),
+        )
+    except RefusedError as error:
+        module.fail_json(msg=str(error), **result)
+    result.update(written=files["written"], removed=files["removed"], changed=result["changed"] or files["changed"])
     module.exit_json(**result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "sampling": {"type": "dict", "required": True},
+            "allow_greedy": {"type": "bool", "default": False},
+            "backup": {"type": "bool", "default": True},
+            "files": {"type": "list", "elements": "dict", "default": []},
+            "directories": {"type": "list", "elements": "dict", "default": []},
+            "fence": {"type": "dict"},
+            "lab_fault": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    apply(module)
 
 
 if __name__ == "__main__":

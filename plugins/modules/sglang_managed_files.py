@@ -81,88 +81,23 @@ removed:
   elements: str
 """
 
-import os
-import stat
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
-    UnsafeFileError,
-    read_regular,
-    unsafe_folder,
-    write_atomic,
-)
-
-
-def is_right(path: str, content: str, mode: int) -> bool:
-    try:
-        current = read_regular(path)
-    except UnsafeFileError:
-        return False  # a link or a FIFO at the path: replaced, never followed
-    if current is None or current != content.encode():
-        return False
-    info = os.lstat(path)
-    return stat.S_IMODE(info.st_mode) == mode and (info.st_uid, info.st_gid) == (0, 0)
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_managed import RefusedError, write_files
 
 
 def write(module) -> None:
     """Make the host hold exactly the files of module.params, or fail before the first write."""
-    files, into = module.params["files"], module.params["into"]
-    planned = []
-    for item in files:
-        if not isinstance(item.get("path"), str) or not os.path.isabs(item["path"]):
-            module.fail_json(msg=f"every file needs an absolute path, got {item.get('path')!r}")
-        path = os.path.join(into, os.path.basename(item["path"])) if into else item["path"]
-        mode = int(str(item.get("mode", "0644")), 8)
-        planned.append((path, mode, item.get("content")))
-    if not module.check_mode:
-        # The first write of this call is a folder or a file: the lock is checked before either.
-        sglang_lock.fenced(module)
-    made, modes = [], {}
-    for folder in module.params["directories"]:
-        path, mode = folder["path"], int(str(folder["mode"]), 8)
-        modes[path] = mode
-        missing, nearest = [], path
-        while not os.path.lexists(nearest):
-            missing.append(nearest)
-            nearest = os.path.dirname(nearest)
-        if missing:
-            # The nearest folder that exists must be safe before anything is made inside it.
-            why = unsafe_folder(nearest)
-            if why:
-                module.fail_json(msg=f"refusing to make {path}: {why}", written=[], removed=[])
-        for part in reversed(missing):
-            made.append(part)
-            if not module.check_mode:
-                os.mkdir(part, mode if part == path else 0o755)
-                os.chown(part, 0, 0)
-                os.chmod(part, mode if part == path else 0o755)
-    # Every folder written into is checked before any file is written: one refused folder changes nothing.
-    for folder in sorted({os.path.dirname(path) for path, _mode, _content in planned} | set(made)):
-        why = None if module.check_mode and folder in made else unsafe_folder(folder)
-        if why:
-            module.fail_json(msg=f"refusing to write into {folder}: {why}", written=[], removed=[])
-    # A folder of the layout keeps its mode (the credentials' stays root-only).
-    for path, mode in modes.items():
-        if os.path.isdir(path) and stat.S_IMODE(os.lstat(path).st_mode) != mode:
-            made.append(path)
-            if not module.check_mode:
-                os.chmod(path, mode)
-    written, removed = [], []
-    for path, mode, content in planned:
-        if content is None:
-            if os.path.lexists(path):
-                removed.append(path)
-                if not module.check_mode:
-                    os.unlink(path)
-        elif not is_right(path, str(content), mode):
-            written.append(path)
-            if not module.check_mode:
-                write_atomic(path, str(content), mode=mode)
-                os.chown(path, 0, 0)
-    release = module.params.get("release")
+    p = module.params
+    try:
+        result = write_files(
+            p["files"], p["directories"], p["into"], module.check_mode, lambda: sglang_lock.fenced(module)
+        )
+    except RefusedError as error:
+        module.fail_json(msg=str(error), written=[], removed=[])
+    release = p.get("release")
     released = bool(release) and not module.check_mode and sglang_lock.release(release["path"], release["run_id"])
-    module.exit_json(changed=bool(written or removed or made), written=written, removed=removed, released=released)
+    module.exit_json(**result, released=released)
 
 
 def main() -> None:

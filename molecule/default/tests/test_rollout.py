@@ -23,6 +23,8 @@ BIN = Path(sys.executable).parent
 LOCK = "/run/sglang-dsv4-deploy"
 SERVERS = ("prefill", "decode")
 TEMPERATURE = '{{"sglang_genconfig_temperature": {}}}'
+# The services role's first write: it starts after the sampling defaults' call, whether or not it has files to write.
+SERVICES_WRITE = "Write the credentials, the settings (env files) and the health gate"
 # The lab fault injector (molecule/shared/fault_plugins), for a run held at a named task.
 FAULTS = {
     "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
@@ -168,15 +170,15 @@ def wait_until(seen, run: subprocess.Popen, what: str) -> None:
 
 
 def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repaired(host):
-    # Held at the task right after the file's write (the lab fault injector pauses the controller there), so the
-    # Ctrl-C lands after the change and before the run could end, however slowly the host is polled.
+    # Held at the services role's first write, right after the file's (the lab fault injector pauses the controller
+    # there), so the Ctrl-C lands after the change and before the run could end, however slowly the host is polled.
     run = deploy_in_background(
         "-e",
         TEMPERATURE.format(0.7),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, **FAULTS, "DSV4_LAB_FAULT": "pause:Install the managed defaults and the helper set@300"},
+        env={**os.environ, **FAULTS, "DSV4_LAB_FAULT": f"pause:{SERVICES_WRITE}@300"},
     )
     wait_until(lambda: '"temperature": 0.7' in host.file(GENCONFIG).content_string, run, "changed the file")
     os.killpg(run.pid, signal.SIGINT)

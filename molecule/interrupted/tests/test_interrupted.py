@@ -19,6 +19,7 @@ from faultcases import (
     AFTER_DRAIN,
     BEFORE_UNDRAIN,
     DRAIN,
+    GENCONFIG_WRITE,
     LOCK,
     RESTART,
     STEPS,
@@ -103,7 +104,7 @@ def test_an_unreadable_lock_is_reported_in_bounded_time_and_cleared_only_by_a_li
 
 def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, cases):
     evicted_case, case = cases(), cases()
-    fence = "Merge the sampling defaults into generation_config.json"  # its module checks the lock before writing
+    fence = GENCONFIG_WRITE  # its module checks the lock before writing
     evicted = subprocess.Popen(
         [*deploy_argv(), "-e", json.dumps(change(evicted_case))],
         cwd=ROOT,
