@@ -10,27 +10,9 @@ import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lab_fault, sglang_lock
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_generation_config as genconfig
 
+from tests.unit.fake_module import DoneError, FailedError, Module
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the files are root-owned and the lock root's: run as root")
-
-
-class DoneError(BaseException):
-    """module.exit_json, caught (a BaseException, as SystemExit is)."""
-
-
-class FailedError(BaseException):
-    """module.fail_json, caught."""
-
-
-class Module:
-    def __init__(self, check_mode: bool = False, **params) -> None:
-        self.check_mode = check_mode
-        self.params = params
-
-    def exit_json(self, **result):
-        raise DoneError(result)
-
-    def fail_json(self, **result):
-        raise FailedError(result)
 
 
 @pytest.fixture

@@ -13,29 +13,11 @@ import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_host_read, sglang_lab_fault
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_host_restart as host_restart
 
-
-class DoneError(BaseException):
-    """module.exit_json, caught (a BaseException, as SystemExit is)."""
-
-
-class FailedError(BaseException):
-    """module.fail_json, caught."""
+from tests.unit.fake_module import DoneError, FailedError, Module
 
 
 class KilledError(BaseException):
     """os._exit at a kill point, caught."""
-
-
-class Module:
-    def __init__(self, **params) -> None:
-        self.params = params
-        self.check_mode = False
-
-    def exit_json(self, **result):
-        raise DoneError(result)
-
-    def fail_json(self, **result):
-        raise FailedError(result)
 
 
 UNITS = [

@@ -12,27 +12,9 @@ import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lab_fault, sglang_lock
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_rollout_open as rollout_open
 
+from tests.unit.fake_module import DoneError, FailedError, Module
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lock's folder must be root's alone: run as root")
-
-
-class DoneError(BaseException):
-    """module.exit_json, caught (a BaseException, as SystemExit is)."""
-
-
-class FailedError(BaseException):
-    """module.fail_json, caught."""
-
-
-class Module:
-    def __init__(self, **params) -> None:
-        self.params = params
-        self._diff = False
-
-    def exit_json(self, **result):
-        raise DoneError(result)
-
-    def fail_json(self, **result):
-        raise FailedError(result)
 
 
 @pytest.fixture
