@@ -24,3 +24,28 @@ class Module:
 
     def fail_json(self, **result):
         raise FailedError(result)
+
+
+def outcome(function, params: dict, check_mode: bool = False) -> tuple[str, dict]:
+    """("exit" or "fail", what it said) of `function(module)`."""
+    try:
+        function(Module(check_mode, **params))
+    except DoneError as done:
+        return "exit", done.args[0]
+    except FailedError as failed:
+        return "fail", failed.args[0]
+    raise AssertionError("the module neither exited nor failed")
+
+
+def exits(function, params: dict, check_mode: bool = False) -> dict:
+    """What `function(module)` exits with; a failure fails the test, with what it said."""
+    kind, said = outcome(function, params, check_mode)
+    assert kind == "exit", f"the module failed: {said}"
+    return said
+
+
+def fails(function, params: dict, check_mode: bool = False) -> dict:
+    """What `function(module)` fails with; an exit fails the test."""
+    kind, said = outcome(function, params, check_mode)
+    assert kind == "fail", f"the module exited: {said}"
+    return said

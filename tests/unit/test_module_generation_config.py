@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lab_fault, sglang_lock
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_generation_config as genconfig
 
-from tests.unit.fake_module import DoneError, FailedError, Module
+from tests.unit.fake_module import exits, fails
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the files are root-owned and the lock root's: run as root")
 
@@ -46,15 +46,11 @@ def host(tmp_path, monkeypatch):
 
 
 def done(params, check_mode: bool = False) -> dict:
-    with pytest.raises(DoneError) as result:
-        genconfig.apply(Module(check_mode, **params))
-    return result.value.args[0]
+    return exits(genconfig.apply, params, check_mode)
 
 
 def failed(params) -> dict:
-    with pytest.raises(FailedError) as result:
-        genconfig.apply(Module(**params))
-    return result.value.args[0]
+    return fails(genconfig.apply, params)
 
 
 def test_one_call_merges_the_file_and_writes_the_roles_files_and_a_second_call_changes_nothing(host):

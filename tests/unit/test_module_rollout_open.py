@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lab_fault, sglang_lock
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_rollout_open as rollout_open
 
-from tests.unit.fake_module import DoneError, FailedError, Module
+from tests.unit.fake_module import exits, fails
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lock's folder must be root's alone: run as root")
 
@@ -45,15 +45,11 @@ def host(tmp_path, monkeypatch):
 
 
 def done(params) -> dict:
-    with pytest.raises(DoneError) as result:
-        rollout_open.open_apply(Module(**params))
-    return result.value.args[0]
+    return exits(rollout_open.open_apply, params)
 
 
 def failed(params) -> dict:
-    with pytest.raises(FailedError) as result:
-        rollout_open.open_apply(Module(**params))
-    return result.value.args[0]
+    return fails(rollout_open.open_apply, params)
 
 
 def test_one_call_takes_the_lock_snapshots_and_reads_the_host_under_the_lock(host):
