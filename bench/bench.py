@@ -860,7 +860,8 @@ def main(argv: list[str]) -> int:
     command = "make bench" if argv == [] else f".venv/bin/python bench/bench.py {' '.join(argv)}"
     old = args.output.read_text() if args.output.exists() else ""
     kept = (LOAD_HEADING + old.split(LOAD_HEADING, 1)[1]) if LOAD_HEADING in old else ""
-    kept = kept.split(STEPS_HEADING, 1)[0]
+    # Without its trailing blank lines: each regeneration would add one.
+    kept = kept.split(STEPS_HEADING, 1)[0].rstrip("\n") + "\n" if kept else ""
     stepped = (STEPS_HEADING + old.split(STEPS_HEADING, 1)[1]) if STEPS_HEADING in old else ""
     loads = load_report(loaded, 4, command) if loaded else "\n" + kept if kept else ""
     tail = ("\n" + stepped) if stepped else ""
