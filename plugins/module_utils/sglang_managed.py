@@ -67,16 +67,14 @@ def _make_folders(directories: list[dict[str, Any]], check_mode: bool) -> tuple[
 
 
 def write_files(
-    files: list[dict[str, Any]],
+    planned: list[tuple[str, int, Any]],
     directories: list[dict[str, Any]],
-    into: str | None,
     check_mode: bool,
     fence: Callable[[], None],
 ) -> dict[str, Any]:
-    """Make the host hold exactly `files` (a null content: the file must not exist), after making `directories`;
-    `fence` is called before the first write (it fails the call when this run no longer holds the lock). Returns
-    {changed, written, removed}; raises RefusedError before writing into an unsafe folder."""
-    planned = planned_files(files, into)
+    """Make the host hold exactly the `planned` files (planned_files; a null content: the file must not exist), after
+    making `directories`; `fence` is called before the first write (it fails the call when this run no longer holds
+    the lock). Returns {changed, written, removed}; raises RefusedError before writing into an unsafe folder."""
     if not check_mode:
         # The first write of this call is a folder or a file: the lock is checked before either.
         fence()

@@ -110,8 +110,10 @@ def apply(module) -> None:
     """Merge, then write the role's other files; exits through the module (exit_json or fail_json)."""
     path, sampling, fault = module.params["path"], module.params["sampling"], module.params["lab_fault"]
     errors = validate(sampling, module.params["allow_greedy"])
+    planned = []
     try:
-        planned_files(module.params["files"], None)
+        # Planned (and a bad path refused) before anything is written.
+        planned = planned_files(module.params["files"], None)
     except RefusedError as error:
         errors.append(str(error))
     refused = sglang_lab_fault.refused(fault, POINTS)
@@ -152,11 +154,7 @@ def apply(module) -> None:
     try:
         # The lock is checked again (and its lease renewed) before these writes, as before the file's.
         files = write_files(
-            module.params["files"],
-            module.params["directories"],
-            None,
-            module.check_mode,
-            lambda: sglang_lock.fenced(module),
+            planned, module.params["directories"], module.check_mode, lambda: sglang_lock.fenced(module)
         )
     except RefusedError as error:
         module.fail_json(msg=str(error), **result)

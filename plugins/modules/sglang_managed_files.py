@@ -83,16 +83,19 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_managed import RefusedError, write_files
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_managed import (
+    RefusedError,
+    planned_files,
+    write_files,
+)
 
 
 def write(module) -> None:
     """Make the host hold exactly the files of module.params, or fail before the first write."""
     p = module.params
     try:
-        result = write_files(
-            p["files"], p["directories"], p["into"], module.check_mode, lambda: sglang_lock.fenced(module)
-        )
+        planned = planned_files(p["files"], p["into"])
+        result = write_files(planned, p["directories"], module.check_mode, lambda: sglang_lock.fenced(module))
     except RefusedError as error:
         module.fail_json(msg=str(error), written=[], removed=[])
     release = p.get("release")
