@@ -11,6 +11,9 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_close, s
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_verdict as verdict
 from ansible_collections.dsv4.sglang.plugins.modules import sglang_ask
 
+from tests.unit.fake_module import DoneError, FailedError
+from tests.unit.fake_module import Module as FakeModule
+
 MANAGED = {"temperature": 0.6, "top_p": 0.95}
 JUDGE = {"managed": MANAGED, "requests": 2, "max_repetition": 0.5, "host": "gpu-1"}
 VARIED = ["the keeper climbs the stairs at dusk", "a lamp turns over the cold grey sea tonight"]
@@ -93,24 +96,8 @@ def test_repetition_is_zero_for_varied_text_and_high_for_a_loop():
     assert verdict.repetition("") == 0.0
 
 
-class DoneError(BaseException):
-    """module.exit_json, caught."""
-
-
-class FailedError(BaseException):
-    """module.fail_json, caught."""
-
-
-class Module:
-    def __init__(self, **params) -> None:
-        self.params = params
-        self.check_mode = False
-
-    def exit_json(self, **result):
-        raise DoneError(result)
-
-    def fail_json(self, **result):
-        raise FailedError(result)
+class Module(FakeModule):
+    """The fake module, with the run_command the verification's call uses (it succeeds)."""
 
     def run_command(self, argv, **_unused):
         return 0, "", ""
