@@ -25,6 +25,7 @@ PLAYBOOK = """
       ansible.builtin.import_role:
         name: dsv4.sglang.sglang_rollout
         tasks_from: apply_hosts
+        rolespec_validate: false  # as playbooks/plan.yml: its preflight validated the variables
 
 - name: Apply one host at a time
   hosts: sglang_dsv4_apply
