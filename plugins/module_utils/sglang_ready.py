@@ -29,6 +29,18 @@ def unit_props(run: Run, name: str) -> dict[str, str]:
     return sglang_systemd.properties(out)
 
 
+def units_props(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
+    """Several units' properties in one `systemctl show` (one process per look, however many units wait); systemd
+    prints their blocks in the order asked."""
+    if len(names) == 1:
+        return {names[0]: unit_props(run, names[0])}
+    _unused, out, _unused2 = run(sglang_systemd.show_argv(names, PROPERTIES))
+    blocks = out.strip().split("\n\n")
+    if len(blocks) != len(names):
+        return {name: unit_props(run, name) for name in names}
+    return {name: sglang_systemd.properties(blocks[n]) for n, name in enumerate(names)}
+
+
 def installed(run: Run, name: str) -> bool:
     return unit_props(run, name).get("LoadState") not in ("not-found", None)
 
@@ -65,9 +77,10 @@ def wait_ready(
         return {"units": units, "waited": round(time.monotonic() - started, 1), "failure": failure}
 
     while pending:
+        looked = units_props(run, sorted(pending))
         for name in sorted(pending):
             entry = units[name]
-            props = unit_props(run, name)
+            props = looked[name]
             entry["active"], entry["sub"] = props.get("ActiveState", "unknown"), props.get("SubState", "unknown")
             if (
                 name.removesuffix(".service") in fresh

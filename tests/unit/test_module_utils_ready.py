@@ -20,13 +20,16 @@ class Host:
     def __call__(self, argv: list, **_kwargs) -> tuple[int, str, str]:
         if argv[0] == "journalctl":
             return 0, self.journal, ""
-        name = argv[2]
+        self.shows = getattr(self, "shows", 0) + 1
+        return 0, "\n".join(self.show(name) for name in argv[2:] if not name.startswith("--")), ""
+
+    def show(self, name: str) -> str:
         if name not in self.states:
-            return 0, "LoadState=not-found\nActiveState=inactive\n", ""
+            return "LoadState=not-found\nActiveState=inactive\n"
         seen = self.looks.get(name, 0)
         self.looks[name] = seen + 1
         state = self.states[name][min(seen, len(self.states[name]) - 1)]
-        return 0, "".join(f"{k}={v}\n" for k, v in {"LoadState": "loaded", **state}.items()), ""
+        return "".join(f"{k}={v}\n" for k, v in {"LoadState": "loaded", **state}.items())
 
 
 RUNNING = {"ActiveState": "active", "SubState": "running", "InactiveExitTimestampMonotonic": "500"}
@@ -83,3 +86,19 @@ def test_a_unit_that_never_gets_ready_fails_the_wait_when_its_start_timeout_ends
         "sglang-dsv4-prefill (active/running, http://127.0.0.1:1/health -> 503)"
     )
     assert 1 <= result["waited"] < 5
+
+
+def test_units_waited_for_together_are_looked_at_in_one_systemctl_show_per_look(monkeypatch):
+    """The restart waits for prefill and decode at once: one `systemctl show` process per look, not one per unit."""
+    monkeypatch.setattr(ready, "call", lambda url, timeout: (200, "", b""))
+    monkeypatch.setattr(ready, "POLL", 0)
+    starting = {"ActiveState": "activating", "SubState": "start"}
+    host = Host({"sglang-dsv4-prefill": [starting, starting, RUNNING], "sglang-dsv4-decode": [starting, RUNNING]})
+    decode = {"name": "sglang-dsv4-decode", "health_url": "http://127.0.0.1:2/health"}
+    host.shows = 0
+    result = ready.wait_ready(host, [UNIT, decode], 60, 0, [])
+    assert result["failure"] is None and set(result["units"]) == {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
+    # `installed` looks at each unit first (two processes); then the first look of the wait asks both units in one
+    # process (decode is ready), the second asks prefill alone.
+    assert host.looks == {"sglang-dsv4-prefill": 3, "sglang-dsv4-decode": 2}
+    assert host.shows == 2 + 2
