@@ -32,8 +32,6 @@ def unit_props(run: Run, name: str) -> dict[str, str]:
 def units_props(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
     """Several units' properties in one `systemctl show` (one process per look, however many units wait); systemd
     prints their blocks in the order asked."""
-    if len(names) == 1:
-        return {names[0]: unit_props(run, names[0])}
     _unused, out, _unused2 = run(sglang_systemd.show_argv(names, PROPERTIES))
     blocks = out.strip().split("\n\n")
     if len(blocks) != len(names):

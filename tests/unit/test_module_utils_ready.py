@@ -16,11 +16,12 @@ class Host:
         self.states = states
         self.journal = journal
         self.looks: dict[str, int] = {}
+        self.shows = 0
 
     def __call__(self, argv: list, **_kwargs) -> tuple[int, str, str]:
         if argv[0] == "journalctl":
             return 0, self.journal, ""
-        self.shows = getattr(self, "shows", 0) + 1
+        self.shows += 1
         return 0, "\n".join(self.show(name) for name in argv[2:] if not name.startswith("--")), ""
 
     def show(self, name: str) -> str:
@@ -95,7 +96,6 @@ def test_units_waited_for_together_are_looked_at_in_one_systemctl_show_per_look(
     starting = {"ActiveState": "activating", "SubState": "start"}
     host = Host({"sglang-dsv4-prefill": [starting, starting, RUNNING], "sglang-dsv4-decode": [starting, RUNNING]})
     decode = {"name": "sglang-dsv4-decode", "health_url": "http://127.0.0.1:2/health"}
-    host.shows = 0
     result = ready.wait_ready(host, [UNIT, decode], 60, 0, [])
     assert result["failure"] is None and set(result["units"]) == {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
     # `installed` looks at each unit first (two processes); then the first look of the wait asks both units in one
