@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# Each run's environment carries its own mark, by which what it left running is found.
+RUN_MARK = "DSV4_LAB_RUN"
+RUNS = itertools.count(1)
 
 
 def instance() -> dict:
@@ -37,13 +42,14 @@ def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None)
     (where it hung), not only with its command line.
     """
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), name, *args]
+    mark = f"{os.getpid()}.{next(RUNS)}"
     with subprocess.Popen(
         argv,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(env or {})},
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(env or {}), RUN_MARK: mark},
         # Its own process group: a lab fault that kills the controller kills this run only.
         start_new_session=True,
     ) as run:
@@ -51,11 +57,36 @@ def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None)
             out, err = run.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(run.pid, signal.SIGKILL)
+            for pid in left_running(mark):
+                os.kill(pid, signal.SIGKILL)
             out, err = run.communicate()
             raise AssertionError(
                 f"{' '.join(argv[2:])} still ran after {timeout} s; what it printed last:\n{out[-6000:]}{err[-2000:]}"
             ) from None
+    # A worker killed with its controller may take a moment to go.
+    deadline = time.monotonic() + 10
+    left = left_running(mark)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = left_running(mark)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{' '.join(argv[2:])} ended (rc {run.returncode}) but left controller processes running: {left}"
     return subprocess.CompletedProcess(argv, run.returncode, out, err)
+
+
+def left_running(mark: str) -> list[int]:
+    """The controller processes (ansible-playbook and its workers, not ssh) of the run marked `mark` still running."""
+    left = []
+    for entry in os.listdir("/proc"):
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if f"{RUN_MARK}={mark}".encode() in environ and any(a.endswith(b"ansible-playbook") for a in command[:2]):
+            left.append(int(entry))
+    return left
 
 
 def deploy(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -21,7 +21,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import r
 POLL = 0.2
 # Seconds allowed beyond a unit's start timeout (the restart's default, the verification's).
 MARGIN = 15
-PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic")
+PROPERTIES = ("ActiveState", "SubState", "LoadState", "InactiveExitTimestampMonotonic", "Job")
 
 
 def unit_props(run: Run, name: str) -> dict[str, str]:
@@ -47,6 +47,27 @@ def journal_tail(run: Run, name: str, secret_files: list[str]) -> str:
     """The unit's last journal lines, every key masked (the values the credential files hold are read only here)."""
     _unused, out, _unused2 = run(["journalctl", "--no-pager", "-o", "cat", "-n", "12", "-u", name])
     return redact(out.strip(), secrets_of(secret_files))
+
+
+def settle(run: Run, names: list[str], timeout: float) -> dict:
+    """Waits, within `timeout` seconds, until no systemd job runs on these units: a start or restart queued earlier
+    (by a call whose controller was lost, or that a fault stopped, after it queued them) ends first.
+
+    A restart queued onto a running job is merged into it and re-run: systemd stops the start in progress (its
+    start-post killed with SIGTERM), the unit is `failed` for a moment, and a wait would take that for its own new
+    start failing. Returns {waited: seconds, busy: {name: "job N (active/sub)"} of the units still busy}."""
+    started = time.monotonic()
+    while names:
+        looked = units_props(run, names)
+        busy = {
+            name: f"job {props['Job']} ({props.get('ActiveState', 'unknown')}/{props.get('SubState', 'unknown')})"
+            for name, props in looked.items()
+            if props.get("Job")
+        }
+        if not busy or time.monotonic() - started > timeout:
+            return {"waited": round(time.monotonic() - started, 1), "busy": busy}
+        time.sleep(POLL)
+    return {"waited": 0.0, "busy": {}}
 
 
 def wait_ready(

@@ -79,13 +79,24 @@ def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = 
     if unlinked:
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
         acting = True
+    groups = [[str(name) for name in group if installed(module, str(name))] for group in p["restart"]]
+    # A start or restart still running from an earlier call ends first: queued onto it, this call's restart would
+    # be merged into it and re-run, killing that start halfway (a moment of "failed" the wait would take for its own).
+    settled = sglang_ready.settle(module.run_command, [name for group in groups for name in group], p["timeout"])
+    if settled["busy"]:
+        module.fail_json(
+            msg="a systemd job queued earlier did not end within the start timeout of "
+            f"{p['timeout']} s; nothing restarted: "
+            + ", ".join(f"{name} has {job}" for name, job in sorted(settled["busy"].items())),
+            busy=settled["busy"],
+            waited=settled["waited"],
+        )
     # Units this call restarts must come up anew: the old process answering /health, or the "failed" or
     # "auto-restart" state of an earlier start, says nothing about the new one. A unit counts once it has left the
     # inactive state after this call (systemd's monotonic clock is this host's).
     issued_us = int(time.monotonic() * 1_000_000)
     fresh: set[str] = set()
-    for group in p["restart"]:
-        units = [str(name) for name in group if installed(module, str(name))]
+    for units in groups:
         if units:
             module.run_command(["systemctl", "reset-failed", *units], check_rc=False)
             module.run_command(["systemctl", "restart", "--no-block", *units], check_rc=True)
@@ -111,14 +122,14 @@ def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = 
         module.fail_json(
             msg=ready["failure"],
             units=units,
-            waited=ready["waited"],
+            waited=round(settled["waited"] + ready["waited"], 1),
             enabled=to_enable,
             stopped=stopped,
             unlinked=unlinked,
         )
     return {
         "changed": acting,
-        "waited": ready["waited"],
+        "waited": round(settled["waited"] + ready["waited"], 1),
         "units": units,
         "enabled": to_enable,
         "stopped": stopped,

@@ -5,7 +5,8 @@ Enabled only by the lab tests, through the environment of the run they start:
     DSV4_LAB_FAULT=ACTION:TASK[#N][@SECONDS]
 ACTION is
     fail    the task fails on every host (its module is replaced by ansible.builtin.fail before it is queued);
-    kill    the controller is killed (SIGKILL to its process group) as the task starts, or SECONDS after;
+    kill    the controller is killed (SIGKILL to its workers and its process group) as the task starts, or SECONDS
+            after;
     pause   the controller stops for SECONDS as the task starts (another run can act meanwhile).
 TASK is the task's name (exact), #N its N-th start in the run (default: the first). TASK>POINT is a point inside
 the host-side call the task makes (module_utils/sglang_lab_fault.py): the module fails there, or waits SECONDS
@@ -44,6 +45,21 @@ def parse(spec: str) -> tuple[str, str, int, float, str]:
     return action, found["name"], int(found["n1"] or found["n2"] or 1), float(seconds), found["point"] or ""
 
 
+def children(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (from /proc; one that ends meanwhile is skipped)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
+                # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+                ppid = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent:
+            found.append(int(entry))
+    return found
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -59,6 +75,14 @@ class CallbackModule(CallbackBase):
     def _kill(self) -> None:
         with open(os.environ.get("DSV4_LAB_FAULT_LOG", os.devnull), "a") as log:
             log.write(f"killed at {self.fault[1]}\n")
+        # The whole controller: its workers first. ansible-core's WorkerProcess starts its own session (os.setsid),
+        # so the group's kill misses a worker mid-task, which then blocks forever writing its result to a queue
+        # no one reads. Its ssh client is left to end with the host-side call, as when only the worker died.
+        for pid in children(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     def _start(self, task) -> None:
