@@ -49,25 +49,16 @@ def journal_tail(run: Run, name: str, secret_files: list[str]) -> str:
     return redact(out.strip(), secrets_of(secret_files))
 
 
-def settle(run: Run, names: list[str], timeout: float) -> dict:
-    """Waits, within `timeout` seconds, until no systemd job runs on these units: a start or restart queued earlier
-    (by a call whose controller was lost, or that a fault stopped, after it queued them) ends first.
-
-    A restart queued onto a running job is merged into it and re-run: systemd stops the start in progress (its
-    start-post killed with SIGTERM), the unit is `failed` for a moment, and a wait would take that for its own new
-    start failing. Returns {waited: seconds, busy: {name: "job N (active/sub)"} of the units still busy}."""
-    started = time.monotonic()
-    while names:
-        looked = units_props(run, names)
-        busy = {
-            name: f"job {props['Job']} ({props.get('ActiveState', 'unknown')}/{props.get('SubState', 'unknown')})"
-            for name, props in looked.items()
-            if props.get("Job")
-        }
-        if not busy or time.monotonic() - started > timeout:
-            return {"waited": round(time.monotonic() - started, 1), "busy": busy}
-        time.sleep(POLL)
-    return {"waited": 0.0, "busy": {}}
+def busy(run: Run, names: list[str]) -> dict[str, str]:
+    """The units of `names` a systemd job runs on (a start, restart or stop queued and not ended), each with its job
+    and state, e.g. {"sglang-dsv4-router": "job 300 (activating/start-post)"}; one `systemctl show`."""
+    if not names:
+        return {}
+    return {
+        name: f"job {props['Job']} ({props.get('ActiveState', 'unknown')}/{props.get('SubState', 'unknown')})"
+        for name, props in units_props(run, names).items()
+        if props.get("Job")
+    }
 
 
 def wait_ready(

@@ -60,7 +60,15 @@ def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = 
     to_enable = [name for name in p["enable"] if not enabled(module, name)]
     acting = bool(p["daemon_reload"] or p["restart"] or to_enable)
     if module.check_mode:
-        return {"changed": acting, "waited": 0.0, "units": {}, "enabled": to_enable, "stopped": [], "unlinked": []}
+        return {
+            "changed": acting,
+            "waited": 0.0,
+            "units": {},
+            "enabled": to_enable,
+            "stopped": [],
+            "unlinked": [],
+            "interrupted": {},
+        }
     sglang_lock.fenced(module)
     if p["daemon_reload"]:
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
@@ -80,17 +88,22 @@ def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = 
         module.run_command(["systemctl", "daemon-reload"], check_rc=True)
         acting = True
     groups = [[str(name) for name in group if installed(module, str(name))] for group in p["restart"]]
-    # A start or restart still running from an earlier call ends first: queued onto it, this call's restart would
-    # be merged into it and re-run, killing that start halfway (a moment of "failed" the wait would take for its own).
-    settled = sglang_ready.settle(module.run_command, [name for group in groups for name in group], p["timeout"])
-    if settled["busy"]:
-        module.fail_json(
-            msg="a systemd job queued earlier did not end within the start timeout of "
-            f"{p['timeout']} s; nothing restarted: "
-            + ", ".join(f"{name} has {job}" for name, job in sorted(settled["busy"].items())),
-            busy=settled["busy"],
-            waited=settled["waited"],
-        )
+    # A start or restart an earlier call queued and that still runs (a call that failed, or whose controller was
+    # lost, right after it queued it) is stopped first: queued onto it, this call's restart would be merged into it
+    # and re-run by systemd, killing that start halfway after this call began to wait (and its moment of "failed"
+    # would be taken for this call's own). It starts from what this call replaces. Blocking: bounded by each unit's
+    # TimeoutStopSec.
+    earlier = sglang_ready.busy(module.run_command, [name for group in groups for name in group])
+    if earlier:
+        module.run_command(["systemctl", "stop", *sorted(earlier)], check_rc=False)
+        still = sglang_ready.busy(module.run_command, sorted(earlier))
+        if still:
+            module.fail_json(
+                msg="a systemd job an earlier call queued still runs after stopping the unit; nothing restarted: "
+                + ", ".join(f"{name} has {job}" for name, job in sorted(still.items())),
+                busy=still,
+            )
+        acting = True
     # Units this call restarts must come up anew: the old process answering /health, or the "failed" or
     # "auto-restart" state of an earlier start, says nothing about the new one. A unit counts once it has left the
     # inactive state after this call (systemd's monotonic clock is this host's).
@@ -122,16 +135,17 @@ def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = 
         module.fail_json(
             msg=ready["failure"],
             units=units,
-            waited=round(settled["waited"] + ready["waited"], 1),
+            waited=ready["waited"],
             enabled=to_enable,
             stopped=stopped,
             unlinked=unlinked,
         )
     return {
         "changed": acting,
-        "waited": round(settled["waited"] + ready["waited"], 1),
+        "waited": ready["waited"],
         "units": units,
         "enabled": to_enable,
         "stopped": stopped,
         "unlinked": unlinked,
+        "interrupted": earlier,
     }

@@ -16,6 +16,9 @@ description:
     describes (on a GPU host such a process would hold every GPU's memory and the ports the next run needs).
   - The journal lines quoted in a failure have every key masked (the values in O(secret_files), and any
     key-shaped value).
+  - A unit to restart on which a start or restart queued by an earlier call still runs (a call that failed, or whose
+    controller was lost, right after queueing it) is stopped first: queued onto that job, the restart would be merged
+    into it and re-run by systemd, killing that start halfway while this call already waits.
   - In check mode it reports what it would do and does nothing.
 extends_documentation_fragment:
   - dsv4.sglang.fence
@@ -107,6 +110,11 @@ unlinked:
   description: The enable links (and empty C(.wants) folders) removed because their unit file is gone.
   returned: always
   type: list
+interrupted:
+  description: The units to restart on which a job an earlier call queued still ran (a start or restart), each with
+    its job and state; each was stopped before this call queued its restart.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -39,30 +39,27 @@ def test_enable_links_whose_unit_file_is_gone_are_removed_and_their_empty_wants_
 
 
 class Host:
-    """A module on a host whose router has a start job still running (queued by an earlier call) for the first
-    `busy` looks at the units together."""
+    """A module on a host whose router has a start job still running (queued by an earlier call) until it is stopped,
+    or, with `stubborn`, after that too."""
 
-    def __init__(self, busy: int) -> None:
+    def __init__(self, stubborn: bool = False) -> None:
         self.params = {"fence": None}
         self.check_mode = False
-        self.busy = busy
-        self.looks = 0
-        self.looks_before_restart: int | None = None
+        self.job = "300"
+        self.stubborn = stubborn
         self.commands: list[list[str]] = []
 
     def run_command(self, argv, check_rc=False):
         self.commands.append(list(argv))
-        if argv[1] == "restart":
-            self.looks_before_restart = self.looks if self.looks_before_restart is None else self.looks_before_restart
+        if argv[:2] == ["systemctl", "stop"] and not self.stubborn:
+            self.job = ""
         if argv[:2] != ["systemctl", "show"]:
             return 0, "", ""
         units = [a for a in argv[2:] if not a.startswith("--")]
-        out = "\n\n".join(self.show(name) for name in units)
-        self.looks += len(units) > 1
-        return 0, out, ""
+        return 0, "\n\n".join(self.show(name) for name in units), ""
 
     def show(self, name: str) -> str:
-        job = "300" if name == "sglang-dsv4-router" and self.looks < self.busy else ""
+        job = self.job if name == "sglang-dsv4-router" else ""
         state = "ActiveState=activating\nSubState=start-post" if job else "ActiveState=active\nSubState=running"
         return f"LoadState=loaded\n{state}\nInactiveExitTimestampMonotonic=1\nJob={job}\n"
 
@@ -84,30 +81,36 @@ PARAMS = {
 }
 
 
-def test_no_restart_is_queued_while_a_job_queued_earlier_still_runs_on_a_unit_it_restarts(monkeypatch):
-    """A rollback right after a call that queued the router's restart: systemd would merge the new restart into the
-    running one and re-run it, killing that start (a moment of "failed" the wait would take for this call's own)."""
-    monkeypatch.setattr(restart.sglang_ready, "POLL", 0)
-    host = Host(busy=3)
+def systemctl(host: Host, verb: str) -> list[list[str]]:
+    return [c for c in host.commands if c[:2] == ["systemctl", verb]]
+
+
+def test_a_start_an_earlier_call_queued_and_that_still_runs_is_stopped_before_the_restart_is_queued():
+    """A rollback right after a call that queued the router's restart: queued onto that running job, systemd would
+    merge the new restart into it and re-run it, killing that start while this call waits (a moment of "failed" the
+    wait would take for this call's own)."""
+    host = Host()
     result = restart.restart(host, PARAMS)
-    queued = [c for c in host.commands if c[1] == "restart"]
-    assert queued == [
+    assert systemctl(host, "stop") == [["systemctl", "stop", "sglang-dsv4-router"]]
+    assert systemctl(host, "restart") == [
         ["systemctl", "restart", "--no-block", "sglang-dsv4-prefill", "sglang-dsv4-decode"],
         ["systemctl", "restart", "--no-block", "sglang-dsv4-router"],
     ]
-    # Three looks at the units saw the router's job; the fourth saw none, and only then was anything restarted.
-    assert host.looks_before_restart == 4
+    assert host.commands.index(systemctl(host, "stop")[0]) < host.commands.index(systemctl(host, "reset-failed")[0])
+    assert result["interrupted"] == {"sglang-dsv4-router": "job 300 (activating/start-post)"}
     assert result["changed"] is True
+    # Without a job running on them, nothing is stopped.
+    host = Host()
+    host.job = ""
+    assert restart.restart(host, PARAMS)["interrupted"] == {} and systemctl(host, "stop") == []
 
 
-def test_a_job_queued_earlier_that_does_not_end_fails_the_restart_naming_the_unit_and_restarts_nothing(monkeypatch):
-    monkeypatch.setattr(restart.sglang_ready, "POLL", 0.05)
-    host = Host(busy=10**6)
+def test_a_job_that_runs_on_after_its_unit_was_stopped_fails_the_restart_naming_the_unit_and_restarts_nothing():
+    host = Host(stubborn=True)
     with pytest.raises(FailedError) as failed:
-        restart.restart(host, {**PARAMS, "timeout": 0})
-    said = failed.value.args[0]
-    assert said["msg"] == (
-        "a systemd job queued earlier did not end within the start timeout of 0 s; nothing restarted: "
+        restart.restart(host, PARAMS)
+    assert failed.value.args[0]["msg"] == (
+        "a systemd job an earlier call queued still runs after stopping the unit; nothing restarted: "
         "sglang-dsv4-router has job 300 (activating/start-post)"
     )
-    assert not [c for c in host.commands if c[1] in ("restart", "reset-failed", "start")]
+    assert systemctl(host, "restart") == [] and systemctl(host, "reset-failed") == []

@@ -104,19 +104,13 @@ def test_units_waited_for_together_are_looked_at_in_one_systemctl_show_per_look(
     assert host.shows == 2 + 2
 
 
-def test_a_job_queued_earlier_is_waited_out_before_a_restart_and_the_wait_is_bounded(monkeypatch):
-    """A restart queued onto a running start would be merged into it and re-run by systemd, killing that start."""
-    monkeypatch.setattr(ready, "POLL", 0)
+def test_the_units_a_job_still_runs_on_are_named_with_their_job_in_one_look():
     starting = {"ActiveState": "activating", "SubState": "start-post", "Job": "300"}
-    host = Host({"sglang-dsv4-router": [starting, starting, {**RUNNING, "Job": ""}], "sglang-dsv4-decode": [RUNNING]})
-    assert ready.settle(host, ["sglang-dsv4-router", "sglang-dsv4-decode"], 60)["busy"] == {}
-    assert host.looks == {"sglang-dsv4-router": 3, "sglang-dsv4-decode": 3}
-    # A job that does not end is named, with its unit's state, once the time is up.
-    monkeypatch.setattr(ready, "POLL", 0.05)
-    host = Host({"sglang-dsv4-router": [starting]})
-    settled = ready.settle(host, ["sglang-dsv4-router"], 0.2)
-    assert settled["busy"] == {"sglang-dsv4-router": "job 300 (activating/start-post)"}
-    assert 0.2 <= settled["waited"] < 5
-    # Nothing to restart: not one systemctl show (without a unit it would print the manager's properties).
+    host = Host({"sglang-dsv4-router": [starting], "sglang-dsv4-decode": [{**RUNNING, "Job": ""}]})
+    assert ready.busy(host, ["sglang-dsv4-router", "sglang-dsv4-decode"]) == {
+        "sglang-dsv4-router": "job 300 (activating/start-post)"
+    }
+    assert host.shows == 1
+    # Nothing to ask of: not one systemctl show (without a unit it would print the manager's properties).
     host = Host({})
-    assert ready.settle(host, [], 60) == {"waited": 0.0, "busy": {}} and host.shows == 0
+    assert ready.busy(host, []) == {} and host.shows == 0
