@@ -17,7 +17,7 @@ description:
   - The journal lines quoted in a failure have every key masked (the values in O(secret_files), and any
     key-shaped value).
   - A unit to restart on which a start or restart queued by an earlier call still runs (a call that failed, or whose
-    controller was lost, right after queueing it) is stopped first: queued onto that job, the restart would be merged
+    controller was lost, right after queueing it) is stopped first. Queued onto that job, the restart would be merged
     into it and re-run by systemd, killing that start halfway while this call already waits.
   - In check mode it reports what it would do and does nothing.
 extends_documentation_fragment:
