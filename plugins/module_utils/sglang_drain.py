@@ -255,6 +255,45 @@ def drain(module: Any, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def send_missing(router: str, admin_credential: str, workers: list[dict]) -> list[tuple[dict, int, bytes]]:
+    """Send the router each of `workers` it does not list; the refused ones, with the status and answer. The key is
+    read again at every call: a router that restarted meanwhile runs with its new one."""
+    key = running_key(admin_credential) or ""
+    present = {w.get("url") for w in listed_workers(router, key) or []}
+    refused = []
+    for worker in workers:
+        if worker["url"] in present:
+            continue
+        status, answer = call(f"{router}/workers", method="POST", key=key, body=worker)
+        if status not in (200, 201, 202, 409):
+            refused.append((worker, status, answer))
+    return refused
+
+
+def registration_nudge(router: str, admin_credential: str, state_file: str, router_unit: str, urls: list[str]):
+    """For the wait of a router this call restarts on a drained host: a function of the unit it looks at, which
+    sends the router the drain's saved workers it does not list, once the unit has been starting for RESEND
+    seconds, then every RESEND seconds. The router registers the workers it was started with itself, as a queued
+    job, and that job can be lost (sglang-router 0.3.1's workflow scheduler reports "Workflow deadlocked" in the
+    lab): its start-post would then wait for a /readiness that never comes. Only saved workers at `urls` (the
+    servers' URLs now) are sent: a router restarted for new ports registers those alone. Refusals are left to the
+    wait's own bounds (the router may not listen yet)."""
+    pending = sglang_rotation.load_state(state_file)
+    workers = [w for w in (pending or {}).get("workers") or [] if w.get("url") in urls]
+    if not workers:
+        return None
+    due = {"at": time.monotonic() + RESEND}
+
+    def nudge(unit: str) -> None:
+        if unit.removesuffix(".service") != router_unit.removesuffix(".service") or time.monotonic() < due["at"]:
+            return
+        due["at"] = time.monotonic() + RESEND
+        if readiness(router) != 200:
+            send_missing(router, admin_credential, workers)
+
+    return nudge
+
+
 def restore(module: Any, p: dict[str, Any]) -> dict[str, Any]:
     """Put the workers of the state file back and wait until the balancer sends to the host again; the result
     (module sglang_drain's RETURN for state=restored). Without a state file it does nothing."""
@@ -278,17 +317,10 @@ def restore(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         if readiness(router) == 200:
             return True
         if not p["router_restarted"] and time.monotonic() >= resend["at"]:
-            # Read again at every resend: a router that restarted meanwhile runs with its new key.
-            key = running_key(p["admin_credential"]) or ""
-            present = {w.get("url") for w in listed_workers(router, key) or []}
-            for worker in workers:
-                if worker["url"] in present:
-                    continue
-                status, answer = call(f"{router}/workers", method="POST", key=key, body=worker)
-                if status not in (200, 201, 202, 409):
-                    module.fail_json(
-                        msg=f"the router refused to take worker {worker['url']} back ({status}): {answer[:300]!r}"
-                    )
+            for worker, status, answer in send_missing(router, p["admin_credential"], workers):
+                module.fail_json(
+                    msg=f"the router refused to take worker {worker['url']} back ({status}): {answer[:300]!r}"
+                )
             resend["at"] = time.monotonic() + RESEND
         return False
 

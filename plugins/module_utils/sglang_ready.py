@@ -11,6 +11,7 @@ every key masked. `run` is the module's `run_command` (argv in, rc, stdout, stde
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run
@@ -69,11 +70,13 @@ def wait_ready(
     secret_files: list[str],
     fresh: frozenset[str] = frozenset(),
     issued_us: int = 0,
+    nudge: Callable[[str], None] | None = None,
 ) -> dict:
     """Waits for every installed unit of `wait` ({name, health_url}) within `timeout` + `margin` seconds.
 
     Returns {units: {name: {url, active, sub, status}}, waited: seconds, failure: None or why}; `fresh` names the
-    units restarted at `issued_us` (this host's monotonic clock, in microseconds)."""
+    units restarted at `issued_us` (this host's monotonic clock, in microseconds). `nudge` is called with the name of
+    each unit seen starting (its new start begun, not yet active), at every look."""
     started = time.monotonic()
     deadline = started + timeout + margin
     units = {
@@ -98,6 +101,8 @@ def wait_ready(
             ):
                 # The queued job has not begun this unit's new start yet.
                 continue
+            if nudge is not None and entry["active"] == "activating" and entry["sub"] != "auto-restart":
+                nudge(name)
             if entry["active"] == "failed" or entry["sub"] == "auto-restart":
                 return result(
                     f"{name} did not start: it is {entry['active']} ({entry['sub']}) after "

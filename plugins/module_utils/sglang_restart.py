@@ -54,9 +54,15 @@ def unlink_dangling(unit_dir: str, names: list[str]) -> list[str]:
     return removed
 
 
-def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = None) -> dict[str, Any]:
+def restart(
+    module: Any,
+    p: dict[str, Any],
+    issued: Callable[[], None] | None = None,
+    nudge: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Reload, enable, clear orphans, queue the restarts and starts, wait; the result (module sglang_service_restart's
-    RETURN). `p` holds the restart's options; `issued` is called once every restart and start is queued."""
+    RETURN). `p` holds the restart's options; `issued` is called once every restart and start is queued; `nudge`
+    goes to the wait (module_utils/sglang_ready.py)."""
     to_enable = [name for name in p["enable"] if not enabled(module, name)]
     acting = bool(p["daemon_reload"] or p["restart"] or to_enable)
     if module.check_mode:
@@ -129,6 +135,7 @@ def restart(module: Any, p: dict[str, Any], issued: Callable[[], None] | None = 
         p["secret_files"],
         frozenset(fresh),
         issued_us,
+        nudge,
     )
     units = ready["units"]
     if ready["failure"]:

@@ -18,7 +18,9 @@ description:
     with O(rotation.guard)). A drain that does not end within O(rotation.drain_timeout) fails the call, nothing
     restarted, when O(rotation.on_timeout=stop), and restarts anyway when it is C(restart).
   - 3. Restarts prefill and decode in one transaction, then the router, and waits for them within one start
-    timeout (as M(dsv4.sglang.sglang_service_restart) does; a daemon-reload first where a unit needs it).
+    timeout (as M(dsv4.sglang.sglang_service_restart) does; a daemon-reload first where a unit needs it). A router
+    restarted on a drained host that is still starting after a few seconds is sent the drain's saved workers it does
+    not list (those at the servers' URLs now). Its own registration of them is a queued job that can be lost.
   - 4. Puts the workers a drain removed back (this call's drain, or one an earlier run left) and waits until the
     balancer sends to the host again (as M(dsv4.sglang.sglang_drain) C(state=restored) does).
   - 5. With O(prove), reads the host again and fails unless every service runs from exactly the files on disk,
@@ -177,7 +179,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lab_fault, sglang_ready
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_drain import drain, restore
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_drain import drain, registration_nudge, restore
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_host_read import READ_SPEC, read, runs_astray
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_restart import restart
 
@@ -319,6 +321,16 @@ def host_restart(module: Any) -> None:
             "secret_files": p["secret_files"],
         },
         issued=lambda: at("at_restart"),
+        # A router restarted on a drained host gets the workers it does not list sent again while it starts.
+        nudge=registration_nudge(
+            rotation["router_url"].rstrip("/"),
+            rotation["admin_credential"],
+            rotation["state_file"],
+            routers[0]["name"],
+            [u["health_url"].removesuffix("/health") for u in servers],
+        )
+        if plan["restart_router"] and routers and not module.check_mode
+        else None,
     )
 
     at("before_undrain")

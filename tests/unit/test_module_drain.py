@@ -253,6 +253,35 @@ def test_a_lost_registration_is_sent_again_until_the_router_is_ready(router, mon
     assert not os.path.exists(module.params["state_file"])
 
 
+def test_a_restarted_router_whose_own_registration_was_lost_gets_the_saved_workers_while_it_starts(router, monkeypatch):
+    """Its start registers the workers of its command line as a queued job, which can be lost (sglang-router 0.3.1's
+    "Workflow deadlocked"): the restart's wait sends it the drain's saved workers, after RESEND s of starting."""
+    url, module = router
+    run(drain.drain, module)
+    assert Router.workers == {}
+    monkeypatch.setattr(drain, "RESEND", 0.2)
+    urls = [w["url"] for w in PD]
+    nudge = drain.registration_nudge(url, module.params["admin_credential"], module.params["state_file"], "r", urls)
+    # The first look comes before RESEND s: the router's own registration may still be on its way.
+    nudge("r.service")
+    assert Router.calls.count("POST") == 0
+    time.sleep(0.25)
+    nudge("sglang-dsv4-prefill")  # only the router is nudged
+    assert Router.calls.count("POST") == 0
+    nudge("r")
+    assert drain.readiness(url) == 200 and Router.calls.count("POST") == 2
+    # Once it is ready, or within RESEND s of the last try, nothing is sent again.
+    time.sleep(0.25)
+    nudge("r")
+    assert Router.calls.count("POST") == 2
+    # Saved workers the servers no longer are (a restart for new ports) are never sent: nothing to nudge with.
+    credential, state = module.params["admin_credential"], module.params["state_file"]
+    assert drain.registration_nudge(url, credential, state, "r", ["http://127.0.0.1:31000"]) is None
+    # A host that was not drained has no saved workers: no nudge.
+    os.unlink(state)
+    assert drain.registration_nudge(url, credential, state, "r", urls) is None
+
+
 def test_a_router_that_does_not_answer_stops_the_drain_by_name(tmp_path):
     module = Module(
         router_url="http://127.0.0.1:9",

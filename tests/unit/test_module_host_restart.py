@@ -51,8 +51,8 @@ def host(tmp_path, monkeypatch):
         steps.append(("drain", params))
         return dict(world["drained"])
 
-    def restart(module, params, issued=None):
-        steps.append(("restart", params))
+    def restart(module, params, issued=None, nudge=None):
+        steps.append(("restart", {**params, "nudge": nudge}))
         if issued:
             issued()
         return {"changed": bool(params["restart"]), "waited": 2.0}
@@ -65,6 +65,7 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(host_restart, "drain", drain)
     monkeypatch.setattr(host_restart, "restart", restart)
     monkeypatch.setattr(host_restart, "restore", restore)
+    monkeypatch.setattr(host_restart, "registration_nudge", lambda *args: ("nudge", *args))
     marker = tmp_path / "lab-host"
     marker.write_text("lab\n")
     monkeypatch.setattr(sglang_lab_fault, "LAB_MARKER", str(marker))
@@ -133,6 +134,21 @@ def test_a_router_that_restarts_is_its_own_group_and_is_waited_for(host):
     assert restart["restart"] == [["sglang-dsv4-router"]]
     assert [u["name"] for u in restart["wait"]] == ["sglang-dsv4-router"]
     assert dict(host["steps"])["restore"]["router_restarted"] is True
+    # While it starts, the drain's saved workers it does not list are sent again (its own registration can be lost).
+    rotation = host["params"]["rotation"]
+    assert restart["nudge"] == (
+        "nudge",
+        "http://127.0.0.1:3",
+        rotation["admin_credential"],
+        rotation["state_file"],
+        "sglang-dsv4-router",
+        ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+    )
+    # Servers alone: no router starts, nothing to nudge.
+    host["steps"].clear()
+    host["world"]["plan"] = {"restart_servers": True, "restart_router": False, "restart": {}}
+    done(host["params"])
+    assert dict(host["steps"])["restart"]["nudge"] is None
 
 
 def test_without_a_drain_the_router_is_waited_for_with_the_servers(host):

@@ -114,3 +114,26 @@ def test_the_units_a_job_still_runs_on_are_named_with_their_job_in_one_look():
     # Nothing to ask of: not one systemctl show (without a unit it would print the manager's properties).
     host = Host({})
     assert ready.busy(host, []) == {} and host.shows == 0
+
+
+def test_the_nudge_sees_each_unit_whose_new_start_has_begun_while_it_is_starting(monkeypatch):
+    monkeypatch.setattr(ready, "call", lambda url, timeout: (200, "", b""))
+    monkeypatch.setattr(ready, "POLL", 0)
+    old = {"ActiveState": "active", "SubState": "running", "InactiveExitTimestampMonotonic": "500"}
+    starting = {"ActiveState": "activating", "SubState": "start-post", "InactiveExitTimestampMonotonic": "2000"}
+    host = Host(
+        {
+            "sglang-dsv4-router": [
+                old,
+                old,
+                starting,
+                starting,
+                {**starting, **RUNNING, "InactiveExitTimestampMonotonic": "2000"},
+            ]
+        }
+    )
+    router = {"name": "sglang-dsv4-router", "health_url": "http://127.0.0.1:3/readiness"}
+    seen: list[str] = []
+    result = ready.wait_ready(host, [router], 60, 0, [], frozenset({"sglang-dsv4-router"}), 1000, seen.append)
+    # Not at the old process (before its new start began), twice while it starts, not once it runs.
+    assert result["failure"] is None and seen == ["sglang-dsv4-router", "sglang-dsv4-router"]
