@@ -282,10 +282,15 @@ def registration_nudge(router: str, admin_credential: str, state_file: str, rout
     workers = [w for w in (pending or {}).get("workers") or [] if w.get("url") in urls]
     if not workers:
         return None
-    due = {"at": time.monotonic() + RESEND}
+    # The clock starts when the wait first sees the router starting (it starts after the servers, by After=).
+    due = {"at": None}
 
     def nudge(unit: str) -> None:
-        if unit.removesuffix(".service") != router_unit.removesuffix(".service") or time.monotonic() < due["at"]:
+        if unit.removesuffix(".service") != router_unit.removesuffix(".service"):
+            return
+        if due["at"] is None:
+            due["at"] = time.monotonic() + RESEND
+        if time.monotonic() < due["at"]:
             return
         due["at"] = time.monotonic() + RESEND
         if readiness(router) != 200:
