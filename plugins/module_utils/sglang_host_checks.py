@@ -9,7 +9,6 @@ import stat
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_commands
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run
 
 
 def foreign_writers(path: str, users: list[str]) -> str | None:
@@ -37,7 +36,7 @@ def foreign_writers(path: str, users: list[str]) -> str | None:
     return None
 
 
-def check_errors(run: Run, checks: dict[str, Any]) -> list[str]:
+def check_errors(checks: dict[str, Any]) -> list[str]:
     """Every precondition the host fails (checks: model_path, writers, model_files, gpus)."""
     errors = []
     model_path = checks.get("model_path")
@@ -56,7 +55,7 @@ def check_errors(run: Run, checks: dict[str, Any]) -> list[str]:
             errors.append(f"sglang_common_model_path={model_path} does not hold {name}: put the model there first")
     gpus = int(checks.get("gpus") or 0)
     if gpus:
-        rc, out, err = sglang_commands.bounded(run, ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
+        rc, out, err = sglang_commands.bounded(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
         found = len(out.split()) if rc == 0 else 0
         if rc in (124, 137):
             errors.append(f"{err} (sglang_services_check_gpu_count): the driver is wedged or the GPUs are hung")

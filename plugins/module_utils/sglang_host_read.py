@@ -111,7 +111,7 @@ def light_proof(
                 f"{name}: /server_info says preferred_sampling_params={preferred}, expected {managed}"
             )
             continue
-        logged = sglang_probe.logged_defaults(module.run_command, state[name].get("invocation"))
+        logged = sglang_probe.logged_defaults(state[name].get("invocation"))
         wrong = defaults_errors(expected, logged, on_disk)
         if wrong:
             failures[group].append(
@@ -183,7 +183,7 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
             missing_users.append(user)
 
     try:
-        systemd = systemd_units(module.run_command, [f"{u['name']}.service" for u in params["units"]])
+        systemd = systemd_units([f"{u['name']}.service" for u in params["units"]])
     except CommandError as error:
         module.fail_json(msg=str(error))
     state, statuses, groups, disabled, records = {}, {}, {}, [], {}
@@ -242,13 +242,11 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
         proof = {"ran": True, "failures": failures}
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
 
-    errors = check_errors(module.run_command, params["checks"]) + release_errors
+    errors = check_errors(params["checks"]) + release_errors
     if params["against"] == "desired":
         # How long this host's servers took to load at their last start (the plan's estimate of a restart).
         loads = [
-            sglang_probe.ready_seconds(
-                module.run_command, state[u["name"]]["invocation"], state[u["name"]]["started_usec"]
-            )
+            sglang_probe.ready_seconds(state[u["name"]]["invocation"], state[u["name"]]["started_usec"])
             for u in params["units"]
             if u["group"] == "servers" and state[u["name"]]["active"] == "active"
         ]

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run, bounded
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import bounded
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import startup_defaults
 
@@ -75,17 +75,17 @@ def served_with(health_url: str, key: str, timeout: int = PROBE_TIMEOUT) -> tupl
     return {key: info.get(key) for key in ("sampling_defaults", "preferred_sampling_params")}, None
 
 
-def current_invocation(run: Run, unit: str) -> str:
+def current_invocation(unit: str) -> str:
     """The invocation id of the unit's current start ('' when it has none)."""
-    rc, out, _err = bounded(run, sglang_systemd.show_argv([f"{unit}.service"], ["InvocationID"]))
+    rc, out, _err = bounded(sglang_systemd.show_argv([f"{unit}.service"], ["InvocationID"]))
     return sglang_systemd.properties(out).get("InvocationID", "") if rc == 0 else ""
 
 
-def logged_defaults(run: Run, invocation: str) -> dict[str, Any] | None:
+def logged_defaults(invocation: str) -> dict[str, Any] | None:
     """The defaults logged at the start of this invocation, or None (no invocation, no line, or no journal)."""
     if not invocation:
         return None
-    rc, journal, _err = bounded(run, ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
+    rc, journal, _err = bounded(["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         return None
     return startup_defaults("\n".join(line for line in journal.splitlines() if STARTUP_MARK in line))
@@ -94,14 +94,13 @@ def logged_defaults(run: Run, invocation: str) -> dict[str, Any] | None:
 READY_MARK = "The server is fired up and ready to roll"
 
 
-def ready_seconds(run: Run, invocation: str, started_usec: int) -> float | None:
+def ready_seconds(invocation: str, started_usec: int) -> float | None:
     """Seconds from the unit's current start (its main process's start, CLOCK_MONOTONIC microseconds) to SGLang's
     ready line in that invocation's journal: how long the host's last restart took to load. None when either is
     not on record (no current start, the line not logged yet, or the journal rotated away)."""
     if not invocation or not started_usec:
         return None
     rc, journal, _err = bounded(
-        run,
         [
             "journalctl",
             "--no-pager",

@@ -185,7 +185,7 @@ def served_with(module: AnsibleModule, server: dict) -> dict:
 
 def logged_defaults(module: AnsibleModule, unit: str) -> dict | None:
     """The defaults the unit's current invocation logged at its start (its journal, this invocation only)."""
-    return sglang_probe.logged_defaults(module.run_command, sglang_probe.current_invocation(module.run_command, unit))
+    return sglang_probe.logged_defaults(sglang_probe.current_invocation(unit))
 
 
 def weights(module: AnsibleModule) -> dict | None:

@@ -6,7 +6,6 @@ refused writers and the GPU count (sglang_host_checks.py), runtime changes (sgla
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import (
@@ -20,11 +19,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_host_rea
 
 
 class Module:
-    """What the module's helpers use of AnsibleModule: run_command."""
-
-    def run_command(self, argv):
-        out = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return out.returncode, out.stdout, out.stderr
+    """What the host read's file comparison uses of AnsibleModule: its params and _diff (set by each test)."""
 
 
 def test_a_wedged_nvidia_smi_fails_the_plan_within_seconds_naming_the_command(tmp_path, monkeypatch):
@@ -34,7 +29,7 @@ def test_a_wedged_nvidia_smi_fails_the_plan_within_seconds_naming_the_command(tm
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setattr(sglang_commands, "COMMAND_TIMEOUT", 2)
     started = time.monotonic()
-    errors = sglang_host_checks.check_errors(Module().run_command, {"gpus": 8})
+    errors = sglang_host_checks.check_errors({"gpus": 8})
     assert time.monotonic() - started < 30  # bounded: 2 s, then SIGKILL 2 s later (never the 600 s it asks for)
     assert errors == [
         "nvidia-smi did not answer within 2 s (sglang_services_check_gpu_count): "
@@ -42,23 +37,42 @@ def test_a_wedged_nvidia_smi_fails_the_plan_within_seconds_naming_the_command(tm
     ]
 
 
+def test_a_bounded_command_that_ignores_sigterm_is_killed_with_its_children_and_named(tmp_path, monkeypatch):
+    """The bound is the module's own (no coreutils timeout around the command): past it, the command's whole process
+    group gets SIGTERM, then SIGKILL; a child it started does not outlive the call."""
+    pidfile = tmp_path / "child.pid"
+    stubborn = tmp_path / "journalctl"
+    stubborn.write_text(f"#!/bin/sh\ntrap '' TERM\nsleep 600 &\necho $! > {pidfile}\nwait\n")
+    stubborn.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(sglang_commands, "KILL_AFTER", 1)
+    rc, out, err = sglang_commands.bounded(["journalctl", "-n", "1"], seconds=1)
+    assert (rc, out, err) == (124, "", "journalctl did not answer within 1 s")
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        time.sleep(0.05)  # the kernel reaps the orphaned child once init collects it
+    assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
+
+
+def test_a_bounded_command_returns_its_rc_and_output_and_a_missing_one_is_named():
+    assert sglang_commands.bounded(["sh", "-c", "printf 'a\\n'; printf 'b' >&2; exit 3"]) == (3, "a\n", "b")
+    rc, out, err = sglang_commands.bounded(["sglang-no-such-command"])
+    assert (rc, out) == (127, "") and err.startswith("sglang-no-such-command: ")
+
+
 def test_a_model_directory_another_account_can_write_is_refused(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
     (model / "generation_config.json").write_text("{}")
-    assert (
-        sglang_host_checks.check_errors(
-            Module().run_command, {"model_path": str(model), "model_files": ["config.json"]}
-        )
-        == []
-    )
+    assert sglang_host_checks.check_errors({"model_path": str(model), "model_files": ["config.json"]}) == []
     model.chmod(0o777)
-    errors = sglang_host_checks.check_errors(Module().run_command, {"model_path": str(model), "writers": ["nobody"]})
+    errors = sglang_host_checks.check_errors({"model_path": str(model), "writers": ["nobody"]})
     assert errors and f"{model} is writable by every account" in errors[0] and "sglang_common_model_path" in errors[0]
     model.chmod(0o755)
     os.chown(model / "generation_config.json", 65534, 65534)
-    errors = sglang_host_checks.check_errors(Module().run_command, {"model_path": str(model), "writers": []})
+    errors = sglang_host_checks.check_errors({"model_path": str(model), "writers": []})
     assert errors and "generation_config.json is owned by uid 65534" in errors[0]
 
 
@@ -118,8 +132,7 @@ def test_the_probe_reads_only_the_current_invocations_startup_line_and_names_wha
     )
     journal.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    run = Module().run_command
-    assert sglang_probe.logged_defaults(run, "inv-2") == {"temperature": 0.6, "top_p": 0.95}
-    assert sglang_probe.logged_defaults(run, "") is None
+    assert sglang_probe.logged_defaults("inv-2") == {"temperature": 0.6, "top_p": 0.95}
+    assert sglang_probe.logged_defaults("") is None
     mode, why = sglang_probe.sampling_mode("http://127.0.0.1:9/health", "k", timeout=2)
     assert mode is None and why.startswith("http://127.0.0.1:9/server_info answered nothing")
