@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_systemd
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import Run
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import CommandError, Run
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_redact import redact, secrets_of
 
@@ -52,12 +52,21 @@ def journal_tail(run: Run, name: str, secret_files: list[str]) -> str:
 
 def busy(run: Run, names: list[str]) -> dict[str, str]:
     """The units of `names` a systemd job runs on (a start, restart or stop queued and not ended), each with its job
-    and state, e.g. {"sglang-dsv4-router": "job 300 (activating/start-post)"}; one `systemctl show`."""
+    and state, e.g. {"sglang-dsv4-router": "job 300 (activating/start-post)"}; one `systemctl show`. A systemctl
+    that does not answer raises CommandError: an unread answer is never taken for "no job"."""
     if not names:
         return {}
+    rc, out, err = run(sglang_systemd.show_argv(names, PROPERTIES))
+    blocks = out.strip().split("\n\n") if rc == 0 else []
+    if len(blocks) != len(names) or not all("ActiveState=" in block for block in blocks):
+        raise CommandError(
+            f"systemctl show {' '.join(names)} did not answer for each unit (rc {rc}: {err.strip()[-200:]}): whether"
+            " an earlier job still runs on them is unknown"
+        )
+    jobs = {name: sglang_systemd.properties(blocks[n]) for n, name in enumerate(names)}
     return {
         name: f"job {props['Job']} ({props.get('ActiveState', 'unknown')}/{props.get('SubState', 'unknown')})"
-        for name, props in units_props(run, names).items()
+        for name, props in jobs.items()
         if props.get("Job")
     }
 

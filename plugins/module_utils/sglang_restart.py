@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_ready
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import CommandError
 
 
 def installed(module: Any, name: str) -> bool:
@@ -99,16 +100,20 @@ def restart(
     # and re-run by systemd, killing that start halfway after this call began to wait (and its moment of "failed"
     # would be taken for this call's own). It starts from what this call replaces. Blocking: bounded by each unit's
     # TimeoutStopSec.
-    earlier = sglang_ready.busy(module.run_command, [name for group in groups for name in group])
-    if earlier:
-        module.run_command(["systemctl", "stop", *sorted(earlier)], check_rc=False)
+    try:
+        earlier = sglang_ready.busy(module.run_command, [name for group in groups for name in group])
+        if earlier:
+            module.run_command(["systemctl", "stop", *sorted(earlier)], check_rc=False)
         still = sglang_ready.busy(module.run_command, sorted(earlier))
-        if still:
-            module.fail_json(
-                msg="a systemd job an earlier call queued still runs after stopping the unit; nothing restarted: "
-                + ", ".join(f"{name} has {job}" for name, job in sorted(still.items())),
-                busy=still,
-            )
+    except CommandError as error:
+        module.fail_json(msg=f"nothing restarted: {error}")
+    if still:
+        module.fail_json(
+            msg="a systemd job an earlier call queued still runs after stopping the unit; nothing restarted: "
+            + ", ".join(f"{name} has {job}" for name, job in sorted(still.items())),
+            busy=still,
+        )
+    if earlier:
         acting = True
     # Units this call restarts must come up anew: the old process answering /health, or the "failed" or
     # "auto-restart" state of an earlier start, says nothing about the new one. A unit counts once it has left the

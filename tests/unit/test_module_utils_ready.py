@@ -4,6 +4,7 @@ failed start fails at once, naming the unit and quoting its journal with keys ma
 
 from __future__ import annotations
 
+import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_ready as ready
 
 KEY = "sk-lab-0123456789abcdef0123"
@@ -114,6 +115,17 @@ def test_the_units_a_job_still_runs_on_are_named_with_their_job_in_one_look():
     # Nothing to ask of: not one systemctl show (without a unit it would print the manager's properties).
     host = Host({})
     assert ready.busy(host, []) == {} and host.shows == 0
+
+
+def test_a_systemctl_that_does_not_answer_is_never_read_as_no_job():
+    def failing(argv, **_kwargs):
+        return 1, "", "Failed to connect to bus: No such file or directory"
+
+    with pytest.raises(ready.CommandError, match=r"rc 1: Failed to connect to bus.*whether an earlier job"):
+        ready.busy(failing, ["sglang-dsv4-router"])
+    # An answer for fewer units than asked is no answer either.
+    with pytest.raises(ready.CommandError, match="did not answer for each unit"):
+        ready.busy(lambda argv, **_k: (0, "ActiveState=active\nJob=\n", ""), ["a", "b"])
 
 
 def test_the_nudge_sees_each_unit_whose_new_start_has_begun_while_it_is_starting(monkeypatch):
