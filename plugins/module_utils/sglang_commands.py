@@ -9,6 +9,7 @@ out its one-second poll for it (measured in the lab: one journalctl in ten, a se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,11 +59,10 @@ def bounded(argv: list[str], seconds: int | None = None) -> tuple[int, str, str]
         out, err = process.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, sig)
+            try:
                 process.communicate(timeout=KILL_AFTER)
-                break
-            except ProcessLookupError:
                 break
             except subprocess.TimeoutExpired:
                 continue
