@@ -56,14 +56,15 @@ def busy(run: Run, names: list[str]) -> dict[str, str]:
     that does not answer raises CommandError: an unread answer is never taken for "no job"."""
     if not names:
         return {}
-    rc, out, err = run(sglang_systemd.show_argv(names, PROPERTIES))
-    blocks = out.strip().split("\n\n") if rc == 0 else []
-    if len(blocks) != len(names) or not all("ActiveState=" in block for block in blocks):
+    rc, out, err = run(sglang_systemd.show_argv(names, ("Id", *PROPERTIES)))
+    found = sglang_systemd.units(out) if rc == 0 else {}
+    ids = {name: name if name.endswith(".service") else f"{name}.service" for name in names}
+    if not all("ActiveState" in found.get(unit_id, {}) for unit_id in ids.values()):
         raise CommandError(
             f"systemctl show {' '.join(names)} did not answer for each unit (rc {rc}: {err.strip()[-200:]}): whether"
             " an earlier job still runs on them is unknown"
         )
-    jobs = {name: sglang_systemd.properties(blocks[n]) for n, name in enumerate(names)}
+    jobs = {name: found[unit_id] for name, unit_id in ids.items()}
     return {
         name: f"job {props['Job']} ({props.get('ActiveState', 'unknown')}/{props.get('SubState', 'unknown')})"
         for name, props in jobs.items()

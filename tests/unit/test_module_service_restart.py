@@ -61,7 +61,7 @@ class Host:
     def show(self, name: str) -> str:
         job = self.job if name == "sglang-dsv4-router" else ""
         state = "ActiveState=activating\nSubState=start-post" if job else "ActiveState=active\nSubState=running"
-        return f"LoadState=loaded\n{state}\nInactiveExitTimestampMonotonic=1\nJob={job}\n"
+        return f"Id={name}.service\nLoadState=loaded\n{state}\nInactiveExitTimestampMonotonic=1\nJob={job}\n"
 
     def fail_json(self, **result):
         raise FailedError(result)

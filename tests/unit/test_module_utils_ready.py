@@ -26,12 +26,13 @@ class Host:
         return 0, "\n".join(self.show(name) for name in argv[2:] if not name.startswith("--")), ""
 
     def show(self, name: str) -> str:
+        unit_id = name if name.endswith(".service") else f"{name}.service"
         if name not in self.states:
-            return "LoadState=not-found\nActiveState=inactive\n"
+            return f"Id={unit_id}\nLoadState=not-found\nActiveState=inactive\n"
         seen = self.looks.get(name, 0)
         self.looks[name] = seen + 1
         state = self.states[name][min(seen, len(self.states[name]) - 1)]
-        return "".join(f"{k}={v}\n" for k, v in {"LoadState": "loaded", **state}.items())
+        return "".join(f"{k}={v}\n" for k, v in {"Id": unit_id, "LoadState": "loaded", **state}.items())
 
 
 RUNNING = {"ActiveState": "active", "SubState": "running", "InactiveExitTimestampMonotonic": "500"}
@@ -125,7 +126,7 @@ def test_a_systemctl_that_does_not_answer_is_never_read_as_no_job():
         ready.busy(failing, ["sglang-dsv4-router"])
     # An answer for fewer units than asked is no answer either.
     with pytest.raises(ready.CommandError, match="did not answer for each unit"):
-        ready.busy(lambda argv, **_k: (0, "ActiveState=active\nJob=\n", ""), ["a", "b"])
+        ready.busy(lambda argv, **_k: (0, "Id=a.service\nActiveState=active\nJob=\n", ""), ["a", "b"])
 
 
 def test_the_nudge_sees_each_unit_whose_new_start_has_begun_while_it_is_starting(monkeypatch):
