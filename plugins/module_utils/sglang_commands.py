@@ -39,10 +39,12 @@ class CommandError(Exception):
 
 # After the bound, the command's process group gets SIGTERM, then SIGKILL this many seconds later.
 KILL_AFTER = 2
+# The rc of a command that did not answer within its bound (coreutils' timeout's, which callers knew).
+TIMED_OUT = 124
 
 
 def bounded(argv: list[str], seconds: int | None = None) -> tuple[int, str, str]:
-    """(rc, stdout, stderr) of argv, run in its own process group with no input; rc 124 means it did not answer
+    """(rc, stdout, stderr) of argv, run in its own process group with no input; rc TIMED_OUT means it did not answer
     within `seconds` (it is then terminated, and killed KILL_AFTER s later), 127 that it could not be started."""
     seconds = seconds or COMMAND_TIMEOUT
     try:
@@ -67,7 +69,7 @@ def bounded(argv: list[str], seconds: int | None = None) -> tuple[int, str, str]
             except subprocess.TimeoutExpired:
                 continue
         # A process that not even SIGKILL ends (a wedged driver) is left to the kernel: the call still returns.
-        return 124, "", f"{argv[0]} did not answer within {seconds} s"
+        return TIMED_OUT, "", f"{argv[0]} did not answer within {seconds} s"
     return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 

@@ -57,7 +57,7 @@ def check_errors(checks: dict[str, Any]) -> list[str]:
     if gpus:
         rc, out, err = sglang_commands.bounded(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
         found = len(out.split()) if rc == 0 else 0
-        if rc in (124, 137):
+        if rc == sglang_commands.TIMED_OUT:
             errors.append(f"{err} (sglang_services_check_gpu_count): the driver is wedged or the GPUs are hung")
         elif found != gpus:
             errors.append(
