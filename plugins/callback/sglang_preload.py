@@ -8,7 +8,9 @@
   payloads a run built are kept in a private folder next to Ansible's own temporary files, under a key of everything
   they are built from (Ansible's version, the controller's Python, and the content of this collection's modules and
   module_utils and of every folder Ansible takes module_utils from), and put into the next run's cache before its
-  first task. A change of any of those files is a new key: no payload is sent from sources other than those on disk.
+  first task. A change of any of those files is a new key: no payload is sent from sources other than those on disk;
+- the Python code Jinja compiles each template string to is kept between the workers of a run and between runs
+  (plugins/plugin_utils/sglang_template_cache.py): Ansible compiles every template a task uses again in each worker.
 
 bench/cpu.py measures what a deploy run saves (BENCHMARKS.md, "A run's CPU"). It changes nothing a run does or prints.
 """
@@ -29,6 +31,10 @@ description:
     every folder Ansible takes module_utils from), and puts them into the next run's cache before its first task;
     a change of any of those files starts a new key. A folder that is not the user's own, or that others may
     write, is never used.
+  - Keeps the Python code Jinja compiles each template string to, in a private folder next to the payloads, under a
+    key of the string and of everything that changes its code (the environment's settings, Ansible's backslash
+    escaping; Ansible's, Jinja's and Python's versions name the folder), since Ansible compiles every template a task
+    uses again in each worker it forks. Only files of the user's own that no one else may write are ever loaded.
   - Changes nothing a run does or prints; only the controller's CPU time.
 requirements:
   - enabled with C(callbacks_enabled = dsv4.sglang.sglang_preload) in C(ansible.cfg), or
@@ -46,6 +52,7 @@ from ansible import constants  # noqa: E402
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 from ansible.plugins.loader import filter_loader, module_utils_loader, test_loader  # noqa: E402
 from ansible.release import __version__ as ansible_version  # noqa: E402
+from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_template_cache  # noqa: E402
 
 _PLUGINS = pathlib.Path(__file__).resolve().parents[1]
 # The collection's filters are documented one per file next to their code (plugins/filter/NAME.yml).
@@ -124,6 +131,11 @@ class CallbackModule(CallbackBase):
         except Exception as exc:  # without the kept payloads, Ansible builds them as it always does
             self._store = None
             self._display.vvv(f"sglang_preload: module payloads not restored: {exc}")
+        try:
+            store = sglang_template_cache.install(pathlib.Path(constants.DEFAULT_LOCAL_TMP).parent)
+            self._display.vvv(f"sglang_preload: compiled templates kept in {store}")
+        except Exception as exc:  # without it, every worker compiles its templates as Ansible always does
+            self._display.vvv(f"sglang_preload: compiled templates not kept: {exc}")
 
     def v2_playbook_on_stats(self, stats):
         try:

@@ -22,6 +22,8 @@ _AnsibleCollectionFinder(paths=[sys.argv[1]])._install()
 from ansible_collections.dsv4.sglang.plugins.callback.sglang_preload import CallbackModule
 before = set(sys.modules)
 CallbackModule().v2_playbook_on_start(None)
+from ansible._internal._templating._jinja_bits import AnsibleEnvironment
+print(AnsibleEnvironment.compile.__module__, AnsibleEnvironment.compile_expression.__module__)
 print("\\n".join(sorted(set(sys.modules) - before)))
 """
 
@@ -37,6 +39,8 @@ def test_the_preload_loads_every_filter_file_of_the_collection_and_ansibles_own(
     # Ansible's own, under the names its loader gives them (ansible.plugins.filter.core_<hash>).
     assert any(m.startswith("ansible.plugins.filter.core") for m in loaded)
     assert any(m.startswith("ansible.plugins.test.core") for m in loaded)
+    # The workers it forks compile templates through the kept code (plugins/plugin_utils/sglang_template_cache.py).
+    assert loaded[:2] == ["ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_template_cache"] * 2
 
 
 def test_every_run_of_the_repository_enables_the_preload_and_pipelining():
