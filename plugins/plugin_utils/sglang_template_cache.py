@@ -9,8 +9,11 @@ What Jinja compiles a source to depends only on the source and on how the enviro
 whitespace settings, its code generator and the operations its sandbox intercepts, whether it folds constants, its
 finalizer, Ansible's backslash escaping for the template at hand and its embedded-template setting. All of that is
 in each entry's key, with the source itself; Ansible's, Jinja's and Python's versions and this file are in the
-store's name, so a new version of any of them starts an empty store. Only what could be compiled is kept: a template
-with a syntax error raises as before and leaves nothing.
+store's name, so a new version of any of them starts an empty store. One thing more is read at compile time: what
+each filter and test the template names asks to be passed (Jinja's pass_context, pass_environment...), which a
+filter plugin of another version may change. Each entry records it for the names it uses, and is used only where
+every one of them still asks the same. Only what could be compiled is kept: a template with a syntax error raises as
+before and leaves nothing.
 
 The store is a folder of this user's that no one else may write, each entry a file of this user's that no one else
 may write (anything else is compiled afresh, never loaded), written whole (a private name, then a rename). Any
@@ -36,7 +39,9 @@ STORE_PREFIX = "dsv4-sglang-templates-"
 # A store past this many entries is emptied when a run starts (distinct template strings, not runs, make entries).
 MAX_ENTRIES = 20000
 
-_state: dict[str, t.Any] = {"store": None, "original": None, "original_expression": None}
+_state: dict[str, t.Any] = {"store": None, "original": None, "original_expression": None, "original_generate": None}
+# The filters and tests the template being compiled names, as the code generator is handed its tree.
+_names: contextvars.ContextVar[list | None] = contextvars.ContextVar("sglang_names", default=None)
 # The source of the expression being compiled: Jinja compiles an expression from the tree it parsed, not a string.
 _expression: contextvars.ContextVar[str | None] = contextvars.ContextVar("sglang_expression", default=None)
 
@@ -107,9 +112,22 @@ def entry_key(environment: t.Any, source: str, name: str | None, filename: str |
     return digest.hexdigest()
 
 
-def load(store: pathlib.Path, key: str) -> types.CodeType | None:
-    """The entry's code, or None: missing, not a regular file of this user's that only this user may write, or not
-    code."""
+def passed(environment: t.Any, kind: str, name: str) -> str | None:
+    """What the filter or test (kind: filters or tests) of that name asks Jinja to pass it, as the code generator
+    reads it: context, eval_context, environment, or None (nothing, or no such plugin)."""
+    from jinja2.utils import _PassArg
+
+    found = _PassArg.from_obj(getattr(environment, kind).get(name))
+    return found.name if found is not None else None
+
+
+def signature(environment: t.Any, names: t.Iterable[tuple[str, str]]) -> tuple:
+    return tuple((kind, name, passed(environment, kind, name)) for kind, name in sorted(set(names)))
+
+
+def load(store: pathlib.Path, key: str) -> tuple[types.CodeType, tuple] | None:
+    """The entry's code and the signature of the filters and tests it names, or None: missing, not a regular file of
+    this user's that only this user may write, or not an entry."""
     try:
         fd = os.open(store / key, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -119,17 +137,20 @@ def load(store: pathlib.Path, key: str) -> types.CodeType | None:
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
             return None
         with os.fdopen(os.dup(fd), "rb") as handle:
-            code = marshal.loads(handle.read())  # noqa: S302 (a private file of this user's, checked above)
+            entry = marshal.loads(handle.read())  # noqa: S302 (a private file of this user's, checked above)
     except (OSError, ValueError, EOFError, TypeError):
         return None
     finally:
         os.close(fd)
-    return code if isinstance(code, types.CodeType) else None
+    if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], types.CodeType):
+        return entry
+    return None
 
 
-def save(store: pathlib.Path, key: str, code: types.CodeType) -> None:
-    """Writes the entry whole: under a private name first, then renamed over the entry's name."""
-    data = marshal.dumps(code)
+def save(store: pathlib.Path, key: str, code: types.CodeType, names: tuple) -> None:
+    """Writes the entry (the code, and the signature of the filters and tests it names) whole: under a private name
+    first, then renamed over the entry's name."""
+    data = marshal.dumps((code, names))
     part = store / f".{key}.{os.getpid()}"
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -156,12 +177,30 @@ def _compile(self, source, name=None, filename=None, raw=False, defer_init=False
         key = entry_key(self, text, (name, "expression") if text is expression else name, filename, defer_init)
     except Exception:  # an environment this file does not know: compiled as Ansible would, not kept
         return original(self, source, name, filename, raw, defer_init)
-    code = load(store, key)
-    if code is None:
+    entry = load(store, key)
+    with contextlib.suppress(Exception):  # a plugin that does not load: compiled afresh, which says why
+        if entry is not None and signature(self, [named[:2] for named in entry[1]]) == entry[1]:
+            return entry[0]
+    names: list[tuple[str, str]] = []
+    token = _names.set(names)
+    try:
         code = original(self, source, name, filename, raw, defer_init)
-        with contextlib.suppress(Exception):  # a full disk, or code marshal cannot write: compiled, not kept
-            save(store, key, code)
+    finally:
+        _names.reset(token)
+    with contextlib.suppress(Exception):  # a full disk, or code marshal cannot write: compiled, not kept
+        save(store, key, code, signature(self, names))
     return code
+
+
+def _generate(self, source, *args, **kwargs):
+    """Environment._generate, noting the filters and tests the tree it is handed names, for the entry's signature."""
+    from jinja2 import nodes
+
+    names = _names.get()
+    if names is not None:
+        names += [("filters", node.name) for node in source.find_all(nodes.Filter)]
+        names += [("tests", node.name) for node in source.find_all(nodes.Test)]
+    return _state["original_generate"](self, source, *args, **kwargs)
 
 
 def _compile_expression(self, source, *args, **kwargs):
@@ -196,7 +235,9 @@ def install(parent: pathlib.Path) -> pathlib.Path:
     if _state["original"] is None:
         _state["original"] = AnsibleEnvironment.compile
         _state["original_expression"] = AnsibleEnvironment.compile_expression
+        _state["original_generate"] = AnsibleEnvironment._generate
         AnsibleEnvironment.compile = _compile
         AnsibleEnvironment.compile_expression = _compile_expression
+        AnsibleEnvironment._generate = _generate
     _state["store"] = store
     return store

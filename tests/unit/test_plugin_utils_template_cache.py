@@ -4,6 +4,7 @@ template that does not compile raises as before and leaves nothing; the store ne
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 
@@ -13,19 +14,28 @@ from ansible._internal._templating._jinja_bits import AnsibleEnvironment, _Templ
 from ansible.errors import AnsibleTemplateError
 from ansible.template import Templar
 from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_template_cache as cache
+from jinja2 import pass_environment
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """The cache installed in a private folder for one test; Jinja's own compile back afterwards."""
-    compile_, compile_expression = AnsibleEnvironment.compile, AnsibleEnvironment.compile_expression
-    monkeypatch.setattr(cache, "_state", {"store": None, "original": None, "original_expression": None})
-    parent = tmp_path / "tmp"
-    parent.mkdir(mode=0o700)
-    try:
+    with jinja_restored(monkeypatch):
+        parent = tmp_path / "tmp"
+        parent.mkdir(mode=0o700)
         yield cache.install(parent)
+
+
+@contextlib.contextmanager
+def jinja_restored(monkeypatch):
+    """A fresh cache state, and Jinja's own compile back afterwards."""
+    saved = [(name, getattr(AnsibleEnvironment, name)) for name in ("compile", "compile_expression", "_generate")]
+    monkeypatch.setattr(cache, "_state", dict.fromkeys(cache._state))
+    try:
+        yield
     finally:
-        AnsibleEnvironment.compile, AnsibleEnvironment.compile_expression = compile_, compile_expression
+        for name, value in saved:
+            setattr(AnsibleEnvironment, name, value)
 
 
 def entries(store):
@@ -80,16 +90,17 @@ def test_backslashes_render_as_without_the_cache(store):
 
 def test_an_entry_that_is_not_this_users_own_private_file_is_never_loaded(store, monkeypatch):
     code = compile("result = 'planted'", "<x>", "exec")
-    (store / "writable").write_bytes(marshal.dumps(code))
+    (store / "writable").write_bytes(marshal.dumps((code, ())))
     os.chmod(store / "writable", 0o666)  # noqa: S103 (what the test plants)
-    (store / "real").write_bytes(marshal.dumps(code))
+    (store / "real").write_bytes(marshal.dumps((code, ())))
     os.chmod(store / "real", 0o600)
     os.symlink(store / "real", store / "link")
     (store / "garbage").write_bytes(b"\x00not marshal")
     (store / "not-code").write_bytes(marshal.dumps({"a": 1}))
+    (store / "bare-code").write_bytes(marshal.dumps(code))
     os.mkfifo(store / "fifo", 0o600)
-    assert cache.load(store, "real") == code
-    for name in ("writable", "link", "garbage", "not-code", "fifo", "missing"):
+    assert cache.load(store, "real") == (code, ())
+    for name in ("writable", "link", "garbage", "not-code", "bare-code", "fifo", "missing"):
         assert cache.load(store, name) is None, name
 
 
@@ -98,7 +109,7 @@ def test_an_entry_it_cannot_load_is_compiled_afresh_and_replaced(store):
     [key] = entries(store)
     (store / key).write_bytes(b"torn")
     assert render("{{ 1 + 1 }}") == 2
-    assert isinstance(cache.load(store, key), type(compile("", "<x>", "exec")))
+    assert isinstance(cache.load(store, key)[0], type(compile("", "<x>", "exec")))
 
 
 def test_a_template_that_does_not_compile_raises_as_before_and_leaves_nothing(store):
@@ -110,26 +121,23 @@ def test_a_template_that_does_not_compile_raises_as_before_and_leaves_nothing(st
 
 
 def test_a_folder_others_may_write_is_refused_and_nothing_is_installed(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache, "_state", {"store": None, "original": None, "original_expression": None})
     compile_ = AnsibleEnvironment.compile
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)  # noqa: S103 (what the test refuses)
-    with pytest.raises(OSError, match="not a private folder"):
+    with jinja_restored(monkeypatch), pytest.raises(OSError, match="not a private folder"):
         cache.install(shared)
     assert AnsibleEnvironment.compile is compile_
     assert list(shared.iterdir()) == []
 
 
 def test_other_versions_stores_are_removed_and_a_store_past_its_bound_is_emptied(tmp_path, monkeypatch):
-    compile_, compile_expression = AnsibleEnvironment.compile, AnsibleEnvironment.compile_expression
-    monkeypatch.setattr(cache, "_state", {"store": None, "original": None, "original_expression": None})
     monkeypatch.setattr(cache, "MAX_ENTRIES", 3)
     parent = tmp_path / "tmp"
     parent.mkdir(mode=0o700)
     (parent / f"{cache.STORE_PREFIX}old").mkdir(mode=0o700)
     (parent / "someone-elses").mkdir(mode=0o700)
-    try:
+    with jinja_restored(monkeypatch):
         store = cache.install(parent)
         assert sorted(p.name for p in parent.iterdir()) == sorted([store.name, "someone-elses"])
         for number in range(4):
@@ -138,5 +146,33 @@ def test_other_versions_stores_are_removed_and_a_store_past_its_bound_is_emptied
         assert cache.install(parent) == store
         assert entries(store) == []
         assert AnsibleEnvironment.compile is cache._compile  # installed once, not wrapped twice
-    finally:
-        AnsibleEnvironment.compile, AnsibleEnvironment.compile_expression = compile_, compile_expression
+        assert cache._state["original"] is not cache._compile
+
+
+def test_code_is_used_again_only_where_each_filter_it_names_asks_to_be_passed_the_same(store, monkeypatch):
+    """Jinja's code generator reads each filter's pass_context/pass_environment: a plugin of another version may
+    change it, and the kept code would call it with other arguments."""
+
+    def plain(value):
+        return f"plain {value}"
+
+    @pass_environment
+    def with_environment(environment, value):
+        return f"environment {value}"
+
+    compiled = []
+    original = cache._state["original"]
+    monkeypatch.setitem(cache._state, "original", lambda *args: compiled.append(1) or original(*args))
+    first, second = AnsibleEnvironment(), AnsibleEnvironment()
+    first.filters["shifty"] = plain
+    second.filters["shifty"] = with_environment
+    first.compile("{{ 'x' | shifty is string }}")
+    [key] = entries(store)
+    assert cache.load(store, key)[1] == (("filters", "shifty", None), ("tests", "string", None))
+    first.compile("{{ 'x' | shifty is string }}")
+    assert len(compiled) == 1
+    second.compile("{{ 'x' | shifty is string }}")
+    assert len(compiled) == 2
+    assert cache.load(store, key)[1] == (("filters", "shifty", "environment"), ("tests", "string", None))
+    second.compile("{{ 'x' | shifty is string }}")
+    assert len(compiled) == 2
