@@ -232,7 +232,7 @@ def install(parent: pathlib.Path) -> pathlib.Path:
         store.mkdir(mode=0o700)
     # Checked before the store is used: the key reads these (an Ansible without them keeps Jinja's own compile).
     environment_key(AnsibleEnvironment())
-    if _state["original"] is None:
+    if AnsibleEnvironment.compile is not _compile:
         _state["original"] = AnsibleEnvironment.compile
         _state["original_expression"] = AnsibleEnvironment.compile_expression
         _state["original_generate"] = AnsibleEnvironment._generate

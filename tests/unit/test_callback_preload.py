@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from ansible_collections.dsv4.sglang.plugins.callback import sglang_preload as preload
 
@@ -60,6 +61,32 @@ def test_every_run_of_the_repository_enables_the_preload_and_pipelining():
             overrides.append((path.relative_to(ROOT), value))
     assert overrides
     assert [o for o in overrides if "dsv4.sglang.sglang_preload" not in o[1].split(",")] == []
+
+
+@pytest.fixture(autouse=True)
+def template_cache(monkeypatch):
+    """The runs of the preload in this process open no template cache (it would stay installed for every later
+    test of the process): each only records the folder it was asked to keep compiled templates in. The PROBE above
+    runs the real one, in a process of its own; tests/unit/test_plugin_utils_template_cache.py tests it."""
+    asked = []
+    monkeypatch.setattr(preload.sglang_template_cache, "install", asked.append)
+    return asked
+
+
+def test_the_preload_keeps_compiled_templates_under_ansibles_local_tmp_and_goes_on_without(
+    tmp_path, monkeypatch, template_cache
+):
+    parent = tmp_path / "tmp"
+    parent.mkdir(mode=0o700)
+    a_run(monkeypatch, parent, "ansible-local-1")
+    preload.CallbackModule().v2_playbook_on_start(None)
+    assert template_cache == [parent]
+
+    def refused(folder):
+        raise OSError(f"{folder} is not a private folder of this user's")
+
+    monkeypatch.setattr(preload.sglang_template_cache, "install", refused)
+    preload.CallbackModule().v2_playbook_on_start(None)  # the run goes on, compiling as Ansible alone would
 
 
 # The module payloads kept between runs (the preload's second part).

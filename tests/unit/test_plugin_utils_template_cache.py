@@ -28,8 +28,13 @@ def store(tmp_path, monkeypatch):
 
 @contextlib.contextmanager
 def jinja_restored(monkeypatch):
-    """A fresh cache state, and Jinja's own compile back afterwards."""
-    saved = [(name, getattr(AnsibleEnvironment, name)) for name in ("compile", "compile_expression", "_generate")]
+    """Jinja's own compile and a fresh cache state for the test, and whatever was there before back afterwards."""
+    names = ("compile", "compile_expression", "_generate")
+    saved = [(name, getattr(AnsibleEnvironment, name)) for name in names]
+    originals = [cache._state["original"], cache._state["original_expression"], cache._state["original_generate"]]
+    if AnsibleEnvironment.compile is cache._compile:  # installed before this test (a run of the preload)
+        for name, original in zip(names, originals, strict=True):
+            setattr(AnsibleEnvironment, name, original)
     monkeypatch.setattr(cache, "_state", dict.fromkeys(cache._state))
     try:
         yield
