@@ -44,8 +44,6 @@ requirements:
 import hashlib  # noqa: E402 (the sanity test wants the documentation first)
 import os  # noqa: E402
 import pathlib  # noqa: E402
-import shutil  # noqa: E402
-import stat  # noqa: E402
 import sys  # noqa: E402
 
 from ansible import constants  # noqa: E402
@@ -53,6 +51,10 @@ from ansible.plugins.callback import CallbackBase  # noqa: E402
 from ansible.plugins.loader import filter_loader, module_utils_loader, test_loader  # noqa: E402
 from ansible.release import __version__ as ansible_version  # noqa: E402
 from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_template_cache  # noqa: E402
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_private_store import (  # noqa: E402
+    open_store,
+    private_file,
+)
 
 _PLUGINS = pathlib.Path(__file__).resolve().parents[1]
 # The collection's filters are documented one per file next to their code (plugins/filter/NAME.yml).
@@ -75,19 +77,12 @@ def payload_key() -> str:
     return digest.hexdigest()[:32]
 
 
-def private_folder(path: pathlib.Path) -> bool:
-    """A real folder (not a link), this user's own, that no one else may write."""
-    info = os.lstat(path)
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
-
-
 def own_files(folder: pathlib.Path) -> list[pathlib.Path]:
     """The payload files of a private folder that are regular files of this user's, written by no one else. Only
     payloads without extensions (a debugger's maps the paths of the checkout that built them): names end in -none."""
     found = []
     for path in sorted(folder.glob(f"{_PAYLOAD_PREFIX}*-none")):
-        info = os.lstat(path)
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+        if private_file(os.lstat(path)):
             found.append(path)
     return found
 
@@ -150,17 +145,7 @@ class CallbackModule(CallbackBase):
 
     def _restore_payloads(self) -> None:
         # Ansible's own temporary folder of this run is private (mkdtemp); its parent (local_tmp) must be too.
-        parent = pathlib.Path(constants.DEFAULT_LOCAL_TMP).parent
-        if not private_folder(parent):
-            raise OSError(f"{parent} is not a private folder of this user's")
-        store = parent / f"{_STORE_PREFIX}{payload_key()}"
-        store.mkdir(mode=0o700, exist_ok=True)
-        if not private_folder(store):
-            raise OSError(f"{store} is not a private folder of this user's")
-        # The payloads of earlier keys (sources that changed since) are never used again.
-        for old in parent.glob(f"{_STORE_PREFIX}*"):
-            if old != store and private_folder(old):
-                shutil.rmtree(old, ignore_errors=True)
+        store = open_store(pathlib.Path(constants.DEFAULT_LOCAL_TMP).parent, _STORE_PREFIX, payload_key())
         cache = self._cache()
         cache.mkdir(mode=0o700, exist_ok=True)
         self._store = store

@@ -30,10 +30,11 @@ import marshal
 import os
 import pathlib
 import shutil
-import stat
 import sys
 import types
 import typing as t
+
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_private_store import open_store, private_file
 
 STORE_PREFIX = "dsv4-sglang-templates-"
 # A store past this many entries is emptied when a run starts (distinct template strings, not runs, make entries).
@@ -46,20 +47,14 @@ _names: contextvars.ContextVar[list | None] = contextvars.ContextVar("sglang_nam
 _expression: contextvars.ContextVar[str | None] = contextvars.ContextVar("sglang_expression", default=None)
 
 
-def private_folder(path: pathlib.Path) -> bool:
-    """A real folder (not a link), this user's own, that no one else may write."""
-    info = os.lstat(path)
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
-
-
-def store_name() -> str:
-    """The store's name: Ansible's, Jinja's and Python's versions and this file, hashed."""
+def store_key() -> str:
+    """The store's key: Ansible's, Jinja's and Python's versions and this file, hashed."""
     import jinja2
     from ansible.release import __version__ as ansible_version
 
     digest = hashlib.sha256(f"{ansible_version}\0{jinja2.__version__}\0{sys.implementation.cache_tag}\0".encode())
     digest.update(importlib.util.MAGIC_NUMBER + pathlib.Path(__file__).read_bytes())
-    return STORE_PREFIX + digest.hexdigest()[:32]
+    return digest.hexdigest()[:32]
 
 
 def _name_of(value: t.Any) -> str:
@@ -133,8 +128,7 @@ def load(store: pathlib.Path, key: str) -> tuple[types.CodeType, tuple] | None:
     except OSError:
         return None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        if not private_file(os.fstat(fd)):
             return None
         with os.fdopen(os.dup(fd), "rb") as handle:
             entry = marshal.loads(handle.read())  # noqa: S302 (a private file of this user's, checked above)
@@ -218,15 +212,7 @@ def install(parent: pathlib.Path) -> pathlib.Path:
     Raises OSError where parent or the store is not private; nothing is installed then."""
     from ansible._internal._templating._jinja_bits import AnsibleEnvironment
 
-    if not private_folder(parent):
-        raise OSError(f"{parent} is not a private folder of this user's")
-    store = parent / store_name()
-    store.mkdir(mode=0o700, exist_ok=True)
-    if not private_folder(store):
-        raise OSError(f"{store} is not a private folder of this user's")
-    for old in parent.glob(f"{STORE_PREFIX}*"):
-        if old != store and private_folder(old):
-            shutil.rmtree(old, ignore_errors=True)
+    store = open_store(parent, STORE_PREFIX, store_key())
     if len(os.listdir(store)) > MAX_ENTRIES:
         shutil.rmtree(store)
         store.mkdir(mode=0o700)
