@@ -19,9 +19,12 @@ case $kind in
   *) echo "usage: $0 [sglang|smg]" >&2; exit 2 ;;
 esac
 want=$(cat "$reqs" "$0" | sha256sum | cut -d' ' -f1)
+# One maker at a time: scripts/test.sh runs two pytest processes at once, and each asks for the venv.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 if [[ ! -f $venv/.stamp || $(cat "$venv/.stamp") != "$want" ]]; then
   rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
   if [[ $kind == sglang ]]; then
     quiet_pip "$venv/bin/pip" install -q --upgrade pip >&2
