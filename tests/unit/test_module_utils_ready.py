@@ -52,6 +52,41 @@ def test_a_unit_is_ready_once_active_running_and_its_url_answers_200(monkeypatch
     assert host.looks["sglang-dsv4-prefill"] == 3
 
 
+class Reversed(Host):
+    """A systemctl that prints the units' blocks in another order than asked."""
+
+    def __call__(self, argv: list, **kwargs) -> tuple[int, str, str]:
+        if argv[0] == "journalctl":
+            return super().__call__(argv, **kwargs)
+        units = [name for name in argv[2:] if not name.startswith("--")]
+        return super().__call__([*argv[:2], *reversed(units)], **kwargs)
+
+
+def test_each_units_properties_are_its_own_whatever_order_systemctl_prints_them_in():
+    host = Reversed(
+        {
+            "sglang-dsv4-decode": [{"ActiveState": "failed", "SubState": "failed"}],
+            "sglang-dsv4-prefill": [RUNNING],
+        }
+    )
+    looked = ready.units_props(host, ["sglang-dsv4-decode", "sglang-dsv4-prefill"])
+    assert looked["sglang-dsv4-decode"]["ActiveState"] == "failed"
+    assert looked["sglang-dsv4-prefill"]["ActiveState"] == "active"
+    # Both in the one `systemctl show`.
+    assert host.shows == 1
+
+
+def test_a_unit_systemctl_printed_no_block_for_is_asked_alone():
+    class Short(Host):
+        def __call__(self, argv: list, **kwargs) -> tuple[int, str, str]:
+            units = [name for name in argv[2:] if not name.startswith("--")]
+            return super().__call__([*argv[:2], *units[:1]], **kwargs)
+
+    host = Short({"sglang-dsv4-decode": [RUNNING], "sglang-dsv4-prefill": [RUNNING]})
+    looked = ready.units_props(host, ["sglang-dsv4-decode", "sglang-dsv4-prefill"])
+    assert looked["sglang-dsv4-prefill"]["ActiveState"] == "active" and host.shows == 2
+
+
 def test_a_unit_this_call_restarted_counts_only_after_its_new_start_began(monkeypatch):
     monkeypatch.setattr(ready, "call", lambda url, timeout: (200, "", b""))
     monkeypatch.setattr(ready, "POLL", 0)
