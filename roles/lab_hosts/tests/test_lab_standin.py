@@ -84,13 +84,17 @@ class Proc:
         return self.popen.communicate(timeout=10)[1]
 
 
+def model_dir(path: Path) -> Path:
+    (path / "config.json").write_text("{}")
+    (path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "eos_token_id": 1}))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (path / name).write_text((LAB_MODEL / name).read_text())
+    return path
+
+
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
-    (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "eos_token_id": 1}))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / name).write_text((LAB_MODEL / name).read_text())
-    return tmp_path
+    return model_dir(tmp_path)
 
 
 # How long the real router may take to answer ready: its launcher imports sglang, torch and transformers (about 9 s
@@ -106,8 +110,8 @@ def real_router() -> list[str]:
     return [python, "-m", "sglang_router.launch_router"]
 
 
-@pytest.fixture
-def stack(model: Path):
+def start_stack(model: Path) -> tuple[dict, dict]:
+    """A prefill and a decode stand-in behind the real router; (urls, processes)."""
     # The router first: without the contract venv the test is skipped before any stand-in starts (none is left).
     router_program = real_router()
     ports = {name: free_port() for name in ("prefill", "decode", "router", "bootstrap")}
@@ -160,11 +164,30 @@ def stack(model: Path):
         program=router_program,
     )
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    procs = {"prefill": prefill, "decode": decode, "router": router}
-    yield urls, procs
+    return urls, {"prefill": prefill, "decode": decode, "router": router}
+
+
+def stop_stack(procs: dict) -> None:
     for proc in procs.values():
         if proc.popen.poll() is None:
             proc.stop()
+
+
+@pytest.fixture
+def stack(model: Path):
+    """A stack of the test's own, for a test that stops one of its processes."""
+    urls, procs = start_stack(model)
+    yield urls, procs
+    stop_stack(procs)
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory):
+    """One stack for the tests that only ask it (each launch of the real router costs about 9 s of CPU: its
+    launcher imports sglang, torch and transformers). Never stopped or reconfigured by a test."""
+    urls, procs = start_stack(model_dir(tmp_path_factory.mktemp("model")))
+    yield urls, procs
+    stop_stack(procs)
 
 
 PREFERRED = '{"temperature": 0.6, "top_p": 0.95}'
@@ -201,8 +224,8 @@ def test_servers_log_like_sglang_and_router_waits_for_both(stack):
     assert "The server is fired up and ready to roll!" in log
 
 
-def test_info_endpoints_have_sglang_keys(stack):
-    urls, _unused = stack
+def test_info_endpoints_have_sglang_keys(shared_stack):
+    urls, _unused = shared_stack
     wait_status(urls["prefill"] + "/health", 200)
     for path in ("/server_info", "/get_server_info"):
         status, info = call(urls["prefill"] + path)
@@ -218,8 +241,8 @@ def test_info_endpoints_have_sglang_keys(stack):
     assert status == 200 and "sglang:num_running_reqs{" in metrics
 
 
-def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
-    urls, _unused = stack
+def test_chat_without_temperature_uses_model_defaults_and_varies(shared_stack):
+    urls, _unused = shared_stack
     wait_status(urls["router"] + "/readiness", 200, timeout=ROUTER_START)
     answers = [chat(urls["router"]) for _unused in range(4)]
     for answer in answers:
@@ -234,8 +257,8 @@ def test_chat_without_temperature_uses_model_defaults_and_varies(stack):
     assert len({a["choices"][0]["message"]["content"] for a in answers}) > 1
 
 
-def test_greedy_is_deterministic_and_repetitive(stack):
-    urls, _unused = stack
+def test_greedy_is_deterministic_and_repetitive(shared_stack):
+    urls, _unused = shared_stack
     wait_status(urls["decode"] + "/health", 200)
     first, second = (chat(urls["decode"], temperature=0, max_tokens=64) for _unused in range(2))
     text = first["choices"][0]["message"]["content"]
@@ -245,8 +268,8 @@ def test_greedy_is_deterministic_and_repetitive(stack):
     assert 1 - len(set(grams)) / len(grams) > 0.5
 
 
-def test_completions_use_fixed_defaults(stack):
-    urls, _unused = stack
+def test_completions_use_fixed_defaults(shared_stack):
+    urls, _unused = shared_stack
     wait_status(urls["decode"] + "/health", 200)
     status, body = call(urls["decode"] + "/v1/completions", {"model": "dsv4", "prompt": "hello"})
     assert status == 200
@@ -254,8 +277,8 @@ def test_completions_use_fixed_defaults(stack):
     assert call(urls["decode"] + "/v1/completions", {"prompt": "x", "temperature": None})[0] == 400
 
 
-def test_generate_through_the_real_router_takes_the_preferred_params_for_what_it_leaves_out(stack):
-    urls, _unused = stack
+def test_generate_through_the_real_router_takes_the_preferred_params_for_what_it_leaves_out(shared_stack):
+    urls, _unused = shared_stack
     wait_status(urls["router"] + "/readiness", 200, timeout=ROUTER_START)
     status, body = call(urls["router"] + "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 8}})
     assert status == 200 and isinstance(body["text"], str)
@@ -316,21 +339,25 @@ def _samples(text: str) -> dict[str, float]:
     return out
 
 
-def test_metrics_move_with_the_traffic_it_serves(stack):
-    urls, _unused = stack
+def test_metrics_move_with_the_traffic_it_serves(shared_stack):
+    urls, _unused = shared_stack
     wait_status(urls["router"] + "/readiness", 200, timeout=ROUTER_START)
     before = _samples(call(urls["prefill"] + "/metrics")[1])
     for _unused in range(3):
         chat(urls["router"])
     after = _samples(call(urls["prefill"] + "/metrics")[1])
     labels = 'model_name="dsv4",engine_type="prefill",is_streaming="false"'
-    count = f"sglang:num_requests_total{{{labels}}}"
-    assert after[count] - before.get(count, 0.0) == 3
-    assert after[f"sglang:time_to_first_token_seconds_count{{{labels}}}"] >= 3
-    assert after[f'sglang:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}}'] == after[count]
     scheduler = 'model_name="dsv4",engine_type="prefill",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+
+    def moved(name: str) -> float:
+        """How much a counter moved over the three chats (the stack is shared: it may have served others before)."""
+        return after[name] - before.get(name, 0.0)
+
+    assert moved(f"sglang:num_requests_total{{{labels}}}") == 3
+    assert moved(f"sglang:time_to_first_token_seconds_count{{{labels}}}") == 3
+    assert moved(f'sglang:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}}') == 3
     # The prefill side observes one KV transfer per request, as SGLang does.
-    assert after[f"sglang:kv_transfer_latency_ms_count{{{scheduler}}}"] == after[count]
+    assert moved(f"sglang:kv_transfer_latency_ms_count{{{scheduler}}}") == 3
     assert after[f"sglang:max_total_num_tokens{{{scheduler}}}"] == standin.LAB_MAX_TOTAL_TOKENS
 
 
@@ -488,15 +515,15 @@ def test_max_running_requests_queues_the_rest(model):
         proc.stop()
 
 
-def test_a_stream_through_the_real_router_arrives_whole(stack):
-    urls, _procs = stack
+def test_a_stream_through_the_real_router_arrives_whole(shared_stack):
+    urls, _procs = shared_stack
     wait_status(urls["router"] + "/readiness", 200, timeout=ROUTER_START)
     status, lines, _seconds = stream(urls["router"], tokens=16)
     assert status == 200 and lines[-1] == "data: [DONE]", lines[-3:]
 
 
-def test_the_prefill_bootstrap_port_answers_health(stack):
-    urls, _procs = stack
+def test_the_prefill_bootstrap_port_answers_health(shared_stack):
+    urls, _procs = shared_stack
     wait_status(urls["prefill"] + "/health", 200)
     assert call(urls["bootstrap"] + "/health") == (200, "OK")
 
