@@ -58,6 +58,8 @@ class Flag:
     # The unit settings' key that holds the operator's value, and the values the collection accepts (empty: any).
     setting: str | None = None
     choices: tuple[str, ...] = ()
+    # The option is given once per group of words its render returns (the router's --prefill and --decode lists).
+    repeat: bool = False
 
 
 def _never(_svc: dict[str, Any], _settings: dict[str, Any]) -> None:
@@ -70,6 +72,15 @@ def _switch(_svc: dict[str, Any], _settings: dict[str, Any]) -> list[Any]:
 
 def _by_mode(topology: dict[str, Any], mode: str) -> dict[str, Any]:
     return next(s for s in topology.values() if s["mode"] == mode)
+
+
+def _pool(settings: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+    """The router's servers of one mode: its pool's (plugin_utils/sglang_pools.py), or this host's own at loopback."""
+    members = settings.get("pool_members") or []
+    if members:
+        return [m for m in members if m["mode"] == mode]
+    svc = _by_mode(settings["topology"], mode)
+    return [{"url": f"http://{LOCAL_HOST}:{svc['port']}", "bootstrap_port": svc.get("bootstrap_port")}]
 
 
 SERVER_FLAGS: tuple[Flag, ...] = (
@@ -140,18 +151,15 @@ SERVER_FLAGS: tuple[Flag, ...] = (
 
 ROUTER_FLAGS: tuple[Flag, ...] = (
     Flag("--pd-disaggregation", "the collection", _switch),
+    # One --prefill URL BOOTSTRAP_PORT per prefill and one --decode URL per decode of the router's pool.
     Flag(
         "--prefill",
         "sglang_services_topology",
-        lambda svc, st: [
-            f"http://{LOCAL_HOST}:{_by_mode(st['topology'], 'prefill')['port']}",
-            _by_mode(st["topology"], "prefill")["bootstrap_port"],
-        ],
+        lambda svc, st: [[m["url"], m["bootstrap_port"]] for m in _pool(st, "prefill")],
+        repeat=True,
     ),
     Flag(
-        "--decode",
-        "sglang_services_topology",
-        lambda svc, st: [f"http://{LOCAL_HOST}:{_by_mode(st['topology'], 'decode')['port']}"],
+        "--decode", "sglang_services_topology", lambda svc, st: [[m["url"]] for m in _pool(st, "decode")], repeat=True
     ),
     Flag("--host", "sglang_services_topology.router.host", lambda svc, st: [svc.get("host", LOCAL_HOST)]),
     Flag("--port", "sglang_services_topology.router.port", lambda svc, st: [svc["port"]]),
@@ -192,8 +200,10 @@ def render(flags: tuple[Flag, ...], svc: dict[str, Any], settings: dict[str, Any
     argv: list[Any] = []
     for flag in flags:
         words = flag.render(svc, settings)
-        if words is not None:
-            argv += [flag.option, *words]
+        if words is None:
+            continue
+        for group in words if flag.repeat else [words]:
+            argv += [flag.option, *group]
     return argv
 
 

@@ -1,0 +1,118 @@
+"""PD pools across hosts (xPyD): which prefills and decodes, on which hosts, one router serves.
+
+A pool is the hosts whose `sglang_services_pool` names it (by default each host is its own pool, the single-host
+shape). Its members are every prefill and decode server of its hosts, each reached at its host's
+`sglang_services_advertise_host`; its router lists them all (`--prefill URL BOOTSTRAP_PORT` per prefill,
+`--decode URL` per decode, module_utils/sglang_flags.py). A pool spans hosts only with real addresses: a server
+on another host is never reached at loopback.
+
+The playbook computes each host's members once, from the inventory's variables (never another role's facts), and
+hands the services role its own pool's (`sglang_services_pool_members`). Plain functions, tested in
+tests/unit/test_plugin_utils_pools.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import LOCAL_HOST
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address, is_loopback
+
+POOL_VAR = "sglang_services_pool"
+ADVERTISE_VAR = "sglang_services_advertise_host"
+SERVER_MODES = ("prefill", "decode")
+
+
+def _url(host: str, port: Any) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _servers(topology: Any) -> list[tuple[str, dict[str, Any]]]:
+    if not isinstance(topology, dict):
+        return []
+    return [
+        (name, svc)
+        for name, svc in sorted(topology.items(), key=lambda item: str(item[0]))
+        if isinstance(svc, dict) and svc.get("mode") in SERVER_MODES
+    ]
+
+
+def _routers(topology: Any) -> list[str]:
+    if not isinstance(topology, dict):
+        return []
+    return [name for name, svc in topology.items() if isinstance(svc, dict) and svc.get("mode") == "router"]
+
+
+def pools(hosts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Pool name -> its hosts ({host, pool, advertise_host, topology}), in the order given (the inventory's)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for entry in hosts:
+        found.setdefault(str(entry.get("pool") or entry["host"]), []).append(entry)
+    return found
+
+
+def sglang_pool_members(hosts: list[dict[str, Any]], pool: str) -> list[dict[str, Any]]:
+    """The servers of the pool `pool`, prefills first, then decodes, each in host order: {host, service, mode, url,
+    bootstrap_port}. A pool of one host reaches its servers at loopback, as the single-host shape always did."""
+    members = pools(hosts).get(str(pool), [])
+    spans = len(members) > 1
+    found = []
+    for mode in SERVER_MODES:
+        for entry in members:
+            address = str(entry.get("advertise_host") or LOCAL_HOST) if spans else LOCAL_HOST
+            for name, svc in _servers(entry.get("topology")):
+                if svc["mode"] != mode:
+                    continue
+                found.append(
+                    {
+                        "host": entry["host"],
+                        "service": name,
+                        "mode": mode,
+                        "url": _url(address, svc.get("port")),
+                        "bootstrap_port": svc.get("bootstrap_port") if mode == "prefill" else None,
+                    }
+                )
+    return found
+
+
+def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
+    """Everything wrong with the inventory's pools, each message naming the variable, the pool and the hosts."""
+    errors: list[str] = []
+    for name, members in pools(hosts).items():
+        where = f"{POOL_VAR}={name!r} ({', '.join(str(m['host']) for m in members)})"
+        modes = [svc["mode"] for m in members for _n, svc in _servers(m.get("topology"))]
+        routers = [(m["host"], r) for m in members for r in _routers(m.get("topology"))]
+        for mode in SERVER_MODES:
+            if mode not in modes:
+                errors.append(
+                    f"{where}: no {mode} server in the pool; a pool needs at least one prefill and one decode"
+                )
+        if len(routers) != 1:
+            errors.append(
+                f"{where}: {len(routers)} routers in the pool ({', '.join(f'{h}:{r}' for h, r in routers) or 'none'});"
+                " a pool has exactly one, which lists all of its prefills and decodes"
+            )
+        if len(members) < 2:
+            continue
+        seen: dict[str, str] = {}
+        for m in members:
+            address = m.get("advertise_host")
+            if (
+                not isinstance(address, str)
+                or not is_address(address)
+                or is_loopback(address)
+                or address
+                in (
+                    "0.0.0.0",  # noqa: S104 - named to be refused
+                    "::",
+                )
+            ):
+                errors.append(
+                    f"{ADVERTISE_VAR}={address!r} on {m['host']}: the pool {name!r} spans hosts, so each of them needs"
+                    " the address the others reach its servers at (not loopback, not a wildcard)"
+                )
+            elif address in seen:
+                errors.append(f"{ADVERTISE_VAR}={address!r} on {m['host']} is already {seen[address]}'s")
+            else:
+                seen[address] = str(m["host"])
+    return errors

@@ -1,0 +1,128 @@
+"""PD pools across hosts (plugin_utils/sglang_pools.py): the members a pool's router lists, the single-host shape
+unchanged, and the pools an inventory may not have, each named by its variable and hosts."""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import ROUTER_FLAGS, render
+from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_pools as pools
+
+from tests.unit.test_plugin_utils_units import SETTINGS, TOPOLOGY
+
+PREFILL = {"mode": "prefill", "gpu_ids": [0, 1, 2, 3], "numa_node": 0, "port": 30000, "bootstrap_port": 8998}
+PREFILL_2 = {"mode": "prefill", "gpu_ids": [4, 5, 6, 7], "numa_node": 1, "port": 30002, "bootstrap_port": 8999}
+DECODE = {"mode": "decode", "gpu_ids": [0, 1, 2, 3, 4, 5, 6, 7], "port": 30001}
+ROUTER = TOPOLOGY["router"]
+
+
+def host(name: str, topology: dict, pool: str | None = "pd-a", address: str | None = None) -> dict:
+    return {"host": name, "pool": pool, "advertise_host": address, "topology": topology}
+
+
+# Two prefill hosts (the second with two prefills, one per NUMA half), a decode host and a router host: 3P1D.
+XPYD = [
+    host("p1", {"prefill": PREFILL}, address="198.51.100.11"),
+    host("p2", {"prefill": PREFILL, "prefill-b": PREFILL_2}, address="198.51.100.12"),
+    host("d1", {"decode": DECODE}, address="198.51.100.21"),
+    host("r1", {"router": ROUTER}, address="198.51.100.31"),
+]
+
+
+def router_argv(members: list[dict]) -> list[str]:
+    settings = {**SETTINGS, "topology": TOPOLOGY, "pool_members": members}
+    return [str(word) for word in render(ROUTER_FLAGS, TOPOLOGY["router"], settings)]
+
+
+def test_a_host_of_its_own_is_its_own_pool_at_loopback_and_its_router_renders_as_before():
+    alone = [host("gpu-01", TOPOLOGY, pool=None, address="198.51.100.7")]
+    members = pools.sglang_pool_members(alone, "gpu-01")
+    assert members == [
+        {
+            "host": "gpu-01",
+            "service": "prefill",
+            "mode": "prefill",
+            "url": "http://127.0.0.1:30000",
+            "bootstrap_port": 8998,
+        },
+        {
+            "host": "gpu-01",
+            "service": "decode",
+            "mode": "decode",
+            "url": "http://127.0.0.1:30001",
+            "bootstrap_port": None,
+        },
+    ]
+    assert pools.sglang_pool_errors(alone) == []
+    # Byte for byte what the router's line was before pools: from the members or from the host's own topology.
+    before = [
+        "--pd-disaggregation",
+        "--prefill",
+        "http://127.0.0.1:30000",
+        "8998",
+        "--decode",
+        "http://127.0.0.1:30001",
+    ]
+    assert router_argv(members)[:6] == before and router_argv([]) == router_argv(members)
+
+
+def test_a_pool_across_hosts_lists_every_prefill_and_decode_at_its_hosts_address_prefills_first():
+    assert pools.sglang_pool_errors(XPYD) == []
+    members = pools.sglang_pool_members(XPYD, "pd-a")
+    assert [(m["host"], m["service"], m["url"], m["bootstrap_port"]) for m in members] == [
+        ("p1", "prefill", "http://198.51.100.11:30000", 8998),
+        ("p2", "prefill", "http://198.51.100.12:30000", 8998),
+        ("p2", "prefill-b", "http://198.51.100.12:30002", 8999),
+        ("d1", "decode", "http://198.51.100.21:30001", None),
+    ]
+    argv = router_argv(members)
+    assert argv[: argv.index("--host")] == [
+        "--pd-disaggregation",
+        *["--prefill", "http://198.51.100.11:30000", "8998"],
+        *["--prefill", "http://198.51.100.12:30000", "8998"],
+        *["--prefill", "http://198.51.100.12:30002", "8999"],
+        *["--decode", "http://198.51.100.21:30001"],
+    ]
+    # Another pool of the same inventory is not this one's.
+    other = [*XPYD, host("gpu-09", TOPOLOGY, pool="pd-b", address="198.51.100.9")]
+    assert pools.sglang_pool_members(other, "pd-a") == members
+    assert pools.sglang_pool_members(other, "pd-b")[0]["url"] == "http://127.0.0.1:30000"
+
+
+def test_an_ipv6_address_is_bracketed_in_the_url():
+    pool = [
+        host("p1", {"prefill": PREFILL, "router": ROUTER}, address="2001:db8::11"),
+        host("d1", {"decode": DECODE}, address="2001:db8::21"),
+    ]
+    assert pools.sglang_pool_errors(pool) == []
+    assert pools.sglang_pool_members(pool, "pd-a")[0]["url"] == "http://[2001:db8::11]:30000"
+
+
+def test_pools_an_inventory_may_not_have_are_named_by_variable_pool_and_host():
+    no_decode = [h for h in XPYD if h["host"] != "d1"]
+    assert pools.sglang_pool_errors(no_decode) == [
+        "sglang_services_pool='pd-a' (p1, p2, r1): no decode server in the pool; a pool needs at least one prefill"
+        " and one decode"
+    ]
+    two_routers = [*XPYD, host("r2", {"router": ROUTER}, address="198.51.100.32")]
+    assert pools.sglang_pool_errors(two_routers) == [
+        "sglang_services_pool='pd-a' (p1, p2, d1, r1, r2): 2 routers in the pool (r1:router, r2:router); a pool has"
+        " exactly one, which lists all of its prefills and decodes"
+    ]
+    loopback = copy.deepcopy(XPYD)
+    loopback[2]["advertise_host"] = "127.0.0.1"
+    loopback[3]["advertise_host"] = None
+    wildcard = copy.deepcopy(XPYD)
+    wildcard[0]["advertise_host"] = "0.0.0.0"  # noqa: S104 - refused
+    same = copy.deepcopy(XPYD)
+    same[1]["advertise_host"] = "198.51.100.11"
+    assert pools.sglang_pool_errors(loopback) == [
+        "sglang_services_advertise_host='127.0.0.1' on d1: the pool 'pd-a' spans hosts, so each of them needs the"
+        " address the others reach its servers at (not loopback, not a wildcard)",
+        "sglang_services_advertise_host=None on r1: the pool 'pd-a' spans hosts, so each of them needs the address"
+        " the others reach its servers at (not loopback, not a wildcard)",
+    ]
+    assert "sglang_services_advertise_host='0.0.0.0' on p1" in pools.sglang_pool_errors(wildcard)[0]
+    assert pools.sglang_pool_errors(same) == ["sglang_services_advertise_host='198.51.100.11' on p2 is already p1's"]
+    # A host of its own needs none of it (its servers stay on loopback).
+    assert pools.sglang_pool_errors([host("gpu-01", TOPOLOGY, pool=None)]) == []
