@@ -13,6 +13,9 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_flags as
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_inputs as rules
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_sampling_defaults as sampling
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_verdict as verdict
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_pools import sglang_pool_members
+
+from tests.unit.test_plugin_utils_pools import XPYD, router_argv
 
 from .conftest import ROOT, exec_start_argv, flags_after_launcher
 
@@ -461,3 +464,24 @@ def test_the_preferred_params_are_inert_on_the_chat_route(sglang_chat: list[dict
     for answer in sglang_chat:
         assert set(answer["resolved"]) == set(sampling.SAMPLING_KEYS)
         assert all(value is not None for value in answer["resolved"].values())
+
+
+# --- a PD pool across hosts (xPyD): the router's lists, held to both real parsers -------------------------------
+
+
+def test_a_pools_router_lists_every_prefill_with_its_bootstrap_port_and_every_decode(ask_sglang, ask_smg) -> None:
+    """3P1D (plugin_utils/sglang_pools.py): one --prefill URL BOOTSTRAP_PORT per prefill, one --decode URL per decode,
+    as sglang-router 0.3.2 and smg 1.13.0 read them."""
+    argv = router_argv(sglang_pool_members(XPYD, "pd-a"))
+    expected = {
+        "prefill_urls": [
+            ["http://198.51.100.11:30000", 8998],
+            ["http://198.51.100.12:30000", 8998],
+            ["http://198.51.100.12:30002", 8999],
+        ],
+        "decode_urls": ["http://198.51.100.21:30001"],
+    }
+    for answer in (ask_sglang({"router_argvs": [argv]})["router"], ask_smg({"router_argvs": [argv]})["router"]):
+        result = answer["results"][0]
+        assert result["ok"], result["error"]
+        assert {key: result["values"][key] for key in expected} == expected
