@@ -17,6 +17,7 @@ from typing import Any
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import LOCAL_HOST
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address, is_loopback
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import PD_EQUAL, pd_values
 
 POOL_VAR = "sglang_services_pool"
 ADVERTISE_VAR = "sglang_services_advertise_host"
@@ -44,7 +45,8 @@ def _routers(topology: Any) -> list[str]:
 
 
 def pools(hosts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Pool name -> its hosts ({host, pool, advertise_host, topology}), in the order given (the inventory's)."""
+    """Pool name -> its hosts ({host, pool, advertise_host, topology, and for the checks transfer_backend and
+    server_flags}), in the order given (the inventory's)."""
     found: dict[str, list[dict[str, Any]]] = {}
     for entry in hosts:
         found.setdefault(str(entry.get("pool") or entry["host"]), []).append(entry)
@@ -94,6 +96,7 @@ def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
             )
         if len(members) < 2:
             continue
+        errors += skew_errors(name, members)
         seen: dict[str, str] = {}
         for m in members:
             address = m.get("advertise_host")
@@ -116,3 +119,43 @@ def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
             else:
                 seen[address] = str(m["host"])
     return errors
+
+
+def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
+    """What the servers of a pool across hosts would not agree on, each naming the first server and one that differs:
+    the KV cache crosses between any prefill and any decode of the pool, so every server of it runs the same transfer
+    backend and the same PD_EQUAL options (each host's sglang_services_server_flags and the server's extra_flags)."""
+    errors: list[str] = []
+    backends = {str(m["host"]): m.get("transfer_backend") or "mooncake" for m in members}
+    first_host, first_backend = next(iter(backends.items()))
+    for other, backend in backends.items():
+        if backend != first_backend:
+            errors.append(
+                f"sglang_services_transfer_backend={backend!r} on {other} and {first_backend!r} on {first_host}: the"
+                f" pool {name!r} moves its KV cache between them, so every host of it uses the same backend"
+            )
+    servers = [
+        (
+            f"{m['host']}:{service}",
+            pd_values(svc, m.get("server_flags") if isinstance(m.get("server_flags"), list) else []),
+        )
+        for m in members
+        for service, svc in _servers(m.get("topology"))
+    ]
+    if not servers:
+        return errors
+    first, first_values = servers[0]
+    for option in PD_EQUAL:
+        for other, values in servers[1:]:
+            if values[option] != first_values[option]:
+                errors.append(
+                    f"{POOL_VAR}={name!r}: {other} would run with {option} {said(values[option])} and {first} with"
+                    f" {said(first_values[option])}: every prefill and decode of a pool must agree (the KV cache"
+                    " crosses between any two of them); set it alike in sglang_services_server_flags of its hosts"
+                )
+                break
+    return errors
+
+
+def said(value: str | None) -> str:
+    return "SGLang's default" if value is None else repr(value)

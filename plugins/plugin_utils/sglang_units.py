@@ -57,41 +57,52 @@ def _said(value: str | None) -> str:
     return "SGLang's default" if value is None else repr(value)
 
 
+def pd_values(svc: dict[str, Any], server_flags: list[Any]) -> dict[str, str | None]:
+    """The value a server runs with of each PD_EQUAL option (None: SGLang's default), after the flags of every
+    server and its own extra_flags."""
+    extra = svc.get("extra_flags") if isinstance(svc.get("extra_flags"), list) else []
+    values = {}
+    for option in PD_EQUAL:
+        found, value = _last_value([*server_flags, *extra], option)
+        values[option] = value if found else None
+    return values
+
+
 def pd_skew_errors(topology: dict[str, Any], server_flags: list[Any]) -> list[str]:
     """The options prefill and decode would run with different values of, after the flags of both and each one's
     extra_flags, naming both values."""
     sides = {svc.get("mode"): (name, svc) for name, svc in topology.items() if isinstance(svc, dict)}
     if not all(mode in sides for mode in SERVER_MODES):
         return []
-    errors = []
-    for option in PD_EQUAL:
-        seen = {}
-        for mode in SERVER_MODES:
-            name, svc = sides[mode]
-            extra = svc.get("extra_flags") if isinstance(svc.get("extra_flags"), list) else []
-            found, value = _last_value([*server_flags, *extra], option)
-            seen[mode] = (name, value if found else None)
-        (p_name, p_value), (d_name, d_value) = seen["prefill"], seen["decode"]
-        if p_value != d_value:
-            errors.append(
-                f"{VAR}: prefill ({p_name}) would run with {option} {_said(p_value)} and decode ({d_name}) with"
-                f" {_said(d_value)}: the two must agree (the KV cache crosses between them); set it alike in both"
-                " extra_flags, or once in sglang_services_server_flags"
-            )
-    return errors
+    (p_name, prefill), (d_name, decode) = sides["prefill"], sides["decode"]
+    p_values, d_values = pd_values(prefill, server_flags), pd_values(decode, server_flags)
+    return [
+        f"{VAR}: prefill ({p_name}) would run with {option} {_said(p_values[option])} and decode ({d_name}) with"
+        f" {_said(d_values[option])}: the two must agree (the KV cache crosses between them); set it alike in both"
+        " extra_flags, or once in sglang_services_server_flags"
+        for option in PD_EQUAL
+        if p_values[option] != d_values[option]
+    ]
 
 
-def sglang_topology_errors(topology: Any, transfer_backend: str = "mooncake", server_flags: Any = None) -> list[str]:
+def sglang_topology_errors(
+    topology: Any, transfer_backend: str = "mooncake", server_flags: Any = None, spanning: bool = False
+) -> list[str]:
     """Everything wrong with a topology, as messages that name the variable and the value; with the server flags of
-    both sides, the options prefill and decode would run with different values of."""
+    both sides, the options prefill and decode would run with different values of. A host of its own runs exactly
+    one prefill, one decode and one router; a host of a pool that spans hosts (`spanning`) runs its own part of the
+    pool: any prefills and decodes, at most one router (the pool's checks, plugin_utils/sglang_pools.py, count the
+    whole pool)."""
     if not isinstance(topology, dict) or not topology:
         return [f"{VAR} must be a mapping of service name to settings, got {topology!r}"]
     errors: list[str] = []
     errors += choice_errors({"sglang_services_transfer_backend": transfer_backend})
     modes = [svc.get("mode") if isinstance(svc, dict) else None for svc in topology.values()]
     for mode in MODES:
-        if modes.count(mode) != 1:
+        if not spanning and modes.count(mode) != 1:
             errors.append(f"{VAR} must have exactly one service with mode {mode}, found {modes.count(mode)}")
+        elif spanning and mode == "router" and modes.count(mode) > 1:
+            errors.append(f"{VAR} may have at most one service with mode router, found {modes.count(mode)}")
     gpu_owner: dict[int, str] = {}
     port_owner: dict[int, str] = {}
     for name, svc in topology.items():

@@ -7,6 +7,7 @@ import copy
 
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import ROUTER_FLAGS, render
 from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_pools as pools
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import sglang_topology_errors
 
 from tests.unit.test_plugin_utils_units import SETTINGS, TOPOLOGY
 
@@ -126,3 +127,39 @@ def test_pools_an_inventory_may_not_have_are_named_by_variable_pool_and_host():
     assert pools.sglang_pool_errors(same) == ["sglang_services_advertise_host='198.51.100.11' on p2 is already p1's"]
     # A host of its own needs none of it (its servers stay on loopback).
     assert pools.sglang_pool_errors([host("gpu-01", TOPOLOGY, pool=None)]) == []
+
+
+def test_the_servers_of_a_pool_across_hosts_must_agree_on_the_backend_and_the_kv_cache_options():
+    skewed = copy.deepcopy(XPYD)
+    skewed[2]["server_flags"] = ["--page-size", "64"]
+    skewed[1]["topology"]["prefill-b"] = {**PREFILL_2, "extra_flags": ["--dtype=bfloat16"]}
+    skewed[3]["transfer_backend"] = "nixl"
+    assert pools.sglang_pool_errors(skewed) == [
+        "sglang_services_transfer_backend='nixl' on r1 and 'mooncake' on p1: the pool 'pd-a' moves its KV cache"
+        " between them, so every host of it uses the same backend",
+        "sglang_services_pool='pd-a': d1:decode would run with --page-size '64' and p1:prefill with SGLang's default:"
+        " every prefill and decode of a pool must agree (the KV cache crosses between any two of them); set it alike"
+        " in sglang_services_server_flags of its hosts",
+        "sglang_services_pool='pd-a': p2:prefill-b would run with --dtype 'bfloat16' and p1:prefill with SGLang's"
+        " default: every prefill and decode of a pool must agree (the KV cache crosses between any two of them); set"
+        " it alike in sglang_services_server_flags of its hosts",
+    ]
+    # The same options on every host: no error, whatever each host's other flags.
+    alike = copy.deepcopy(XPYD)
+    for entry in alike:
+        entry["server_flags"] = ["--page-size", "64", "--trust-remote-code"]
+    assert pools.sglang_pool_errors(alike) == []
+
+
+def test_a_host_of_a_spanning_pool_runs_its_own_part_and_a_host_of_its_own_runs_all_three():
+    for entry in XPYD:
+        assert sglang_topology_errors(entry["topology"], spanning=True) == [], entry["host"]
+    assert sglang_topology_errors({"decode": DECODE}) == [
+        "sglang_services_topology must have exactly one service with mode prefill, found 0",
+        "sglang_services_topology must have exactly one service with mode router, found 0",
+    ]
+    two_routers = {"router": ROUTER, "router-b": {**ROUTER, "port": 8001, "metrics_port": 29001}}
+    assert sglang_topology_errors(two_routers, spanning=True) == [
+        "sglang_services_topology may have at most one service with mode router, found 2"
+    ]
+    assert sglang_topology_errors(TOPOLOGY) == [] and sglang_topology_errors(TOPOLOGY, spanning=True) == []
