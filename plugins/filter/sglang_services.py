@@ -1,9 +1,15 @@
-"""Filters that turn the one topology variable into unit specifications (plugins/plugin_utils/sglang_units.py)."""
+"""Filters that turn the one topology variable into unit specifications (plugins/plugin_utils/sglang_units.py), and
+the inventory's PD pools across hosts into the lists of their routers (plugins/plugin_utils/sglang_pools.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_pools import (
+    sglang_pool_errors,
+    sglang_pool_members,
+    sglang_pools_left_out,
+)
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import (
     router_host,
     router_url,
@@ -21,4 +27,7 @@ class FilterModule:
             "sglang_router_url": router_url,
             "sglang_router_host": router_host,
             "sglang_systemd_argv": sglang_systemd_argv,
+            "sglang_pool_errors": sglang_pool_errors,
+            "sglang_pool_members": sglang_pool_members,
+            "sglang_pools_left_out": sglang_pools_left_out,
         }

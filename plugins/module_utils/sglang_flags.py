@@ -86,7 +86,13 @@ def _pool(settings: dict[str, Any], mode: str) -> list[dict[str, Any]]:
 SERVER_FLAGS: tuple[Flag, ...] = (
     Flag("--model-path", "sglang_common_model_path", lambda svc, st: [st["model_path"]], ("--model",)),
     Flag("--served-model-name", "sglang_services_served_model_name", lambda svc, st: [st["served_model_name"]]),
-    Flag("--host", "the collection (servers listen on 127.0.0.1)", lambda svc, st: [LOCAL_HOST]),
+    # A host of its own: loopback (its router is beside them); a host of a pool across hosts: the address the pool's
+    # router and the other hosts' servers reach it at.
+    Flag(
+        "--host",
+        "sglang_services_advertise_host (a pool across hosts; else the collection: 127.0.0.1)",
+        lambda svc, st: [st.get("listen_host") or LOCAL_HOST],
+    ),
     Flag("--port", "sglang_services_topology.<service>.port", lambda svc, st: [svc["port"]]),
     Flag(
         "--tp-size",

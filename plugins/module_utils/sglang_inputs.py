@@ -204,6 +204,9 @@ def input_errors(values: dict[str, Any], secrets: tuple[str, ...] = (), paths: t
         errors += managed_flag_errors(
             "sglang_services_server_flags", values["sglang_services_server_flags"], SERVER_MANAGED_OPTIONS
         )
+    address = values.get("sglang_services_advertise_host")
+    if address is not None and (not isinstance(address, str) or not is_address(address)):
+        errors.append(f"sglang_services_advertise_host={address!r} must be an IP address (or null)")
     topology = values.get("sglang_services_topology")
     if isinstance(topology, dict):
         for service, settings in topology.items():

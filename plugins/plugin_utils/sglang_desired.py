@@ -97,7 +97,8 @@ def _services(
     target = layout["target"]
     text = render("sglang-dsv4.target.j2", {"units": units})
     files.append(_file("services", f"{layout['unit_dir']}/{target}", "0644", text, unit=target))
-    router = next(svc for svc in settings["topology"].values() if svc["mode"] == "router")
+    # A host of a pool across hosts may run no router (prefill-only, decode-only): it has no router URL.
+    router = next((svc for svc in settings["topology"].values() if svc["mode"] == "router"), None)
     # Host-side checks the plan makes: as many GPUs as the topology uses (real hosts only).
     gpus = sum(len(unit["gpu_ids"]) for unit in units) if settings["check_gpus"] else 0
     return {
@@ -106,7 +107,7 @@ def _services(
         "target": target,
         "served_model_name": settings["served_model_name"],
         # Where clients reach the router from this host (the address it really listens on).
-        "router_url": router_url(router, settings["router_tls"]),
+        "router_url": router_url(router, settings["router_tls"]) if router else None,
         "checks": {"gpus": gpus, "gpus_variable": "sglang_services_topology"},
     }
 

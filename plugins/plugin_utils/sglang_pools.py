@@ -15,17 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import LOCAL_HOST
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import is_address, is_loopback
-from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import PD_EQUAL, pd_values
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_inputs import LOCAL_HOST, is_address, is_loopback
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import PD_EQUAL, http_url, pd_values
 
 POOL_VAR = "sglang_services_pool"
 ADVERTISE_VAR = "sglang_services_advertise_host"
 SERVER_MODES = ("prefill", "decode")
-
-
-def _url(host: str, port: Any) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _servers(topology: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -54,14 +49,16 @@ def pools(hosts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def sglang_pool_members(hosts: list[dict[str, Any]], pool: str) -> list[dict[str, Any]]:
-    """The servers of the pool `pool`, prefills first, then decodes, each in host order: {host, service, mode, url,
-    bootstrap_port}. A pool of one host reaches its servers at loopback, as the single-host shape always did."""
+    """The servers of the pool `pool` across hosts, prefills first, then decodes, each in host order: {host, service,
+    mode, url, bootstrap_port}. A pool of one host has none to list: its router lists its own servers at loopback, as
+    the single-host shape always did (module_utils/sglang_flags.py)."""
     members = pools(hosts).get(str(pool), [])
-    spans = len(members) > 1
+    if len(members) < 2:
+        return []
     found = []
     for mode in SERVER_MODES:
         for entry in members:
-            address = str(entry.get("advertise_host") or LOCAL_HOST) if spans else LOCAL_HOST
+            address = str(entry.get("advertise_host") or LOCAL_HOST)
             for name, svc in _servers(entry.get("topology")):
                 if svc["mode"] != mode:
                     continue
@@ -70,7 +67,7 @@ def sglang_pool_members(hosts: list[dict[str, Any]], pool: str) -> list[dict[str
                         "host": entry["host"],
                         "service": name,
                         "mode": mode,
-                        "url": _url(address, svc.get("port")),
+                        "url": http_url(address, svc.get("port")),
                         "bootstrap_port": svc.get("bootstrap_port") if mode == "prefill" else None,
                     }
                 )
@@ -78,9 +75,12 @@ def sglang_pool_members(hosts: list[dict[str, Any]], pool: str) -> list[dict[str
 
 
 def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
-    """Everything wrong with the inventory's pools, each message naming the variable, the pool and the hosts."""
+    """Everything wrong with the inventory's pools across hosts, each message naming the variable, the pool and the
+    hosts. A pool of one host is its topology's to check (plugin_utils/sglang_units.py: one of each service)."""
     errors: list[str] = []
     for name, members in pools(hosts).items():
+        if len(members) < 2:
+            continue
         where = f"{POOL_VAR}={name!r} ({', '.join(str(m['host']) for m in members)})"
         modes = [svc["mode"] for m in members for _n, svc in _servers(m.get("topology"))]
         routers = [(m["host"], r) for m in members for r in _routers(m.get("topology"))]
@@ -94,8 +94,6 @@ def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
                 f"{where}: {len(routers)} routers in the pool ({', '.join(f'{h}:{r}' for h, r in routers) or 'none'});"
                 " a pool has exactly one, which lists all of its prefills and decodes"
             )
-        if len(members) < 2:
-            continue
         errors += skew_errors(name, members)
         seen: dict[str, str] = {}
         for m in members:
@@ -119,6 +117,23 @@ def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
             else:
                 seen[address] = str(m["host"])
     return errors
+
+
+def sglang_pools_left_out(hosts: list[dict[str, Any]], others: dict[str, Any]) -> list[str]:
+    """A run takes a pool across hosts whole (its router lists them all, and a sampling change restarts them as one):
+    one message per pool of `hosts` (the run's) that a host of `others` (host -> its sglang_services_pool as the
+    inventory sets it, for the inventory's hosts outside the run) also names."""
+    named = {str(entry["pool"]) for entry in hosts if entry.get("pool")}
+    left: dict[str, list[str]] = {}
+    for other, pool in others.items():
+        if pool and str(pool) in named:
+            left.setdefault(str(pool), []).append(str(other))
+    return [
+        f"{POOL_VAR}={name!r}: {', '.join(out)} of this pool {'is' if len(out) == 1 else 'are'} not in this run"
+        " (--limit); a run takes a pool across hosts whole (its router lists every server of it, and a change restarts"
+        " them as one): add them, or leave the pool out"
+        for name, out in left.items()
+    ]
 
 
 def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:

@@ -155,6 +155,11 @@ def sglang_topology_errors(
     return errors
 
 
+def http_url(host: str, port: Any, scheme: str = "http") -> str:
+    """A URL of an address and a port (an IPv6 address in brackets)."""
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 def router_host(svc: dict[str, Any]) -> str:
     """The address the router listens on (its topology entry's host, loopback unless set)."""
     return str(svc.get("host", LOCAL_HOST))
@@ -164,9 +169,7 @@ def router_url(svc: dict[str, Any], tls: bool = False) -> str:
     """Where the router really listens, as a URL this host can reach (the wildcard becomes loopback)."""
     host = router_host(svc)
     host = {"0.0.0.0": LOCAL_HOST, "::": "::1"}.get(host, host)  # noqa: S104 - mapping the wildcard away
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{'https' if tls else 'http'}://{host}:{svc['port']}"
+    return http_url(host, svc["port"], "https" if tls else "http")
 
 
 def _server_argv(svc: dict[str, Any], settings: dict[str, Any]) -> list[Any]:
@@ -223,7 +226,8 @@ def sglang_unit_specs(topology: dict[str, Any], settings: dict[str, Any]) -> lis
             environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in svc["gpu_ids"])
             if settings.get("api_key"):
                 credentials["server-config.yaml"] = f"{layout['credentials_dir']}/{name}"
-            health_url = f"http://{LOCAL_HOST}:{svc['port']}/health"
+            # Where the server listens: loopback, or in a pool across hosts its host's advertised address.
+            health_url = http_url(settings.get("listen_host") or LOCAL_HOST, svc["port"]) + "/health"
         else:
             if settings.get("api_key"):
                 credentials["api-key"] = f"{layout['credentials_dir']}/{name}"

@@ -159,3 +159,30 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     return {host: out / host for host in runs}
+
+
+# An xPyD pool across four hosts (tests/contract/xpyd-render-hosts.yml), rendered in one run as deploy.yml's plan
+# computes it: each host's own units, the router's lists from the pool.
+POOL_HOSTS = ("xpyd-p1", "xpyd-p2", "xpyd-d1", "xpyd-r1")
+
+
+@pytest.fixture(scope="session")
+def rendered_pool(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Units and env files rendered by the roles for every host of the pool: {host: folder}."""
+    out = tmp_path_factory.mktemp("rendered-pool")
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    result = subprocess.run(
+        [
+            playbook,
+            *["-i", "inventories/production", "-i", str(HERE / "xpyd-render-hosts.yml"), "-l", "xpyd-*"],
+            *["-e", f"sglang_runtime_server_lock={ROOT / 'inventories/production/locks/sglang-0.5.23.txt'}"],
+            str(HERE / "render_units.yml"),
+            *["-e", f"render_dir={out}"],
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return {host: out / host for host in POOL_HOSTS}

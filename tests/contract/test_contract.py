@@ -17,7 +17,7 @@ from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_pools import sg
 
 from tests.unit.test_plugin_utils_pools import XPYD, router_argv
 
-from .conftest import ROOT, exec_start_argv, flags_after_launcher
+from .conftest import HERE, POOL_HOSTS, ROOT, exec_start_argv, flags_after_launcher
 
 sys.path.insert(0, str(ROOT / "roles/lab_hosts/files"))
 import sglang_lab_standin as standin
@@ -483,5 +483,91 @@ def test_a_pools_router_lists_every_prefill_with_its_bootstrap_port_and_every_de
     }
     for answer in (ask_sglang({"router_argvs": [argv]})["router"], ask_smg({"router_argvs": [argv]})["router"]):
         result = answer["results"][0]
+        assert result["ok"], result["error"]
+        assert {key: result["values"][key] for key in expected} == expected
+
+
+# --- the single-host shape, byte for byte as before pools -------------------------------------------------------
+
+# The units and env files of the production host and of a lab host as the collection rendered them before pools
+# across hosts existed (main at 76bd000): the single-host shape must not move by a byte.
+SINGLE_HOST = HERE / "single_host"
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_host_of_its_own_renders_byte_for_byte_as_before_pools(rendered: dict[str, Path], host: str) -> None:
+    before = {path.name: path.read_bytes() for path in sorted((SINGLE_HOST / host).iterdir())}
+    now = {path.name: path.read_bytes() for path in sorted(rendered[host].iterdir())}
+    assert sorted(now) == sorted(before)
+    for name, text in before.items():
+        assert now[name] == text, name
+
+
+# --- a pool across four hosts, rendered by the roles and parsed by the real SGLang and routers ------------------
+
+POOL_UNITS = {
+    "xpyd-p1": {"sglang-dsv4-prefill.service", "prefill.env", "sglang-dsv4.target"},
+    "xpyd-p2": {
+        "sglang-dsv4-prefill.service",
+        "sglang-dsv4-prefill-b.service",
+        "prefill.env",
+        "prefill-b.env",
+        "sglang-dsv4.target",
+    },
+    "xpyd-d1": {"sglang-dsv4-decode.service", "decode.env", "sglang-dsv4.target"},
+    "xpyd-r1": {"sglang-dsv4-router.service", "router.env", "sglang-dsv4.target"},
+}
+POOL_SERVERS = (
+    ("xpyd-p1", "prefill", "198.51.100.11", 30000, 8),
+    ("xpyd-p2", "prefill", "198.51.100.12", 30000, 4),
+    ("xpyd-p2", "prefill-b", "198.51.100.12", 30002, 4),
+    ("xpyd-d1", "decode", "198.51.100.21", 30001, 8),
+)
+
+
+def test_each_host_of_a_pool_renders_only_its_own_services(rendered_pool: dict[str, Path]) -> None:
+    assert {host: {path.name for path in rendered_pool[host].iterdir()} for host in POOL_HOSTS} == POOL_UNITS
+    # The router of a host without servers waits for none of them (an empty After= would reset the unit's order).
+    router = (rendered_pool["xpyd-r1"] / "sglang-dsv4-router.service").read_text()
+    assert "\nAfter=\n" not in router and "After=network-online.target" in router
+    target = (rendered_pool["xpyd-p2"] / "sglang-dsv4.target").read_text()
+    assert "Wants=sglang-dsv4-prefill.service sglang-dsv4-prefill-b.service\n" in target
+
+
+def test_a_pools_rendered_units_parse_under_the_real_sglang_and_both_routers(
+    rendered_pool: dict[str, Path], ask_sglang: Any, ask_smg: Any, credentials: Path
+) -> None:
+    """Each server of the pool listens on its host's advertised address, with its own GPUs and bootstrap port;
+    the pool's router lists every prefill with its bootstrap port and every decode, as sglang-router 0.3.2 and
+    smg 1.13.0 read them from the rendered unit."""
+    environment = {flags.PREFERRED_ENV: PREFERRED, flags.WEIGHT_ENV: WEIGHT_VERSION}
+    servers = [
+        flags_after_launcher(
+            exec_start_argv(rendered_pool[host] / f"sglang-dsv4-{key}.service", credentials, environment)
+        )
+        for host, key, *_others in POOL_SERVERS
+    ]
+    router = flags_after_launcher(exec_start_argv(rendered_pool["xpyd-r1"] / "sglang-dsv4-router.service"))
+    answer = ask_sglang({"server_argvs": servers, "router_argvs": [router]})
+    for (host, key, address, port, tp_size), result in zip(POOL_SERVERS, answer["server"]["results"], strict=True):
+        assert result["ok"], (host, key, result["error"])
+        values = result["values"]
+        assert (values["host"], values["port"], values["tp_size"]) == (address, port, tp_size), (host, key)
+        assert values["disaggregation_mode"] == key.split("-")[0]
+        assert values["sampling_defaults"] == "model" and values["api_key"] == "contract-test-key"
+    # Every server of the pool agrees on what the KV cache crosses with (it crosses between any two of them).
+    firsts = answer["server"]["results"][0]["values"]
+    for result in answer["server"]["results"][1:]:
+        assert {f: result["values"][f] for f in PD_EQUAL_FIELDS} == {f: firsts[f] for f in PD_EQUAL_FIELDS}
+    expected = {
+        "prefill_urls": [
+            ["http://198.51.100.11:30000", 8998],
+            ["http://198.51.100.12:30000", 8998],
+            ["http://198.51.100.12:30002", 8999],
+        ],
+        "decode_urls": ["http://198.51.100.21:30001"],
+    }
+    for answered in (answer["router"], ask_smg({"router_argvs": [router]})["router"]):
+        result = answered["results"][0]
         assert result["ok"], result["error"]
         assert {key: result["values"][key] for key in expected} == expected
