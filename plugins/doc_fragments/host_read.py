@@ -76,6 +76,12 @@ options:
     description: Light-proof failures found by the plan, per group; they still ask for a restart of that group.
     type: dict
     default: {}
+  pool_restart:
+    description: Why this host's servers restart with their PD pool across hosts (another host of the pool restarts
+      its servers, found by the plan); they ask for a restart of the servers where nothing else does.
+    type: list
+    elements: str
+    default: []
   expected_defaults:
     description: Sampling defaults each server must have logged at its current start (null values unchecked).
     type: dict

@@ -115,6 +115,24 @@ def sglang_apply_hosts(hosts: list[str], plans: list[dict[str, Any]]) -> list[st
     return [host for host, plan in zip(hosts, plans, strict=True) if not plan.get("empty")]
 
 
+def sglang_pool_restart(plan: dict[str, Any], others: dict[str, Any], has_servers: bool) -> dict[str, Any]:
+    """A host's plan with its PD pool across hosts: where another host of the pool (`others`: host -> the plan its
+    read found) restarts its servers, this host's servers restart too, in the same step (a pool's prefills and
+    decodes restart as one: never a prefill beside a decode of other settings). `pool_restart` says why; the apply's
+    read under the lock carries it (module_utils/sglang_plan.decide's `pool`)."""
+    reasons = [
+        f"{host} restarts its servers ({'; '.join(other['restart']['servers'][:1])})"
+        for host, other in sorted((others or {}).items())
+        if isinstance(other, dict) and other.get("restart_servers")
+    ]
+    if not reasons or not has_servers:
+        return plan
+    restart = dict(plan.get("restart") or {"servers": [], "router": []})
+    if not restart.get("servers"):
+        restart["servers"] = [f"pool: {reason}" for reason in reasons]
+    return {**plan, "restart": restart, "restart_servers": True, "empty": False, "pool_restart": reasons}
+
+
 def sglang_lock_verdict(holder: dict[str, Any] | None, break_lock: str = "") -> dict[str, Any]:
     """Whether this run may take a host's lock: free, its own, or a break that names it (module_utils/sglang_lock)."""
     allowed, why = sglang_lock.may_break(holder, break_lock or "")
@@ -129,4 +147,5 @@ class FilterModule:
             "sglang_file_digests": sglang_file_digests,
             "sglang_apply_hosts": sglang_apply_hosts,
             "sglang_lock_verdict": sglang_lock_verdict,
+            "sglang_pool_restart": sglang_pool_restart,
         }

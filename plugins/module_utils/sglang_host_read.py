@@ -134,6 +134,7 @@ READ_SPEC: dict[str, dict[str, Any]] = {
     "apply_roles": {"type": "list", "elements": "str", "default": None},
     "proof": {"type": "bool", "default": True},
     "proof_failures": {"type": "dict", "default": {}},
+    "pool_restart": {"type": "list", "elements": "str", "default": []},
     "expected_defaults": {"type": "dict", "default": {}},
     "checks": {"type": "dict", "default": {}},
     "report_changes": {"type": "bool", "default": False},
@@ -231,7 +232,7 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     }
     # The plan's light proof, carried into the apply's reads under the lock, still asks for its repair.
     carried = {group: list(params["proof_failures"].get(group) or []) for group in ("servers", "router")}
-    plan = decide(changes, statuses, groups, carried, facts=facts, details=state)
+    plan = decide(changes, statuses, groups, carried, facts=facts, details=state, pool=params["pool_restart"])
     proof = {"ran": False, "failures": carried}
     if plan["empty"] and params["proof"] and params["against"] == "desired":
         expected = params["expected_defaults"]
@@ -240,7 +241,7 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
             expected = {key: on_disk_sampling.get(key) for key in expected}
         failures = light_proof(module, params["units"], state, expected, params["api_key"], on_disk_sampling)
         proof = {"ran": True, "failures": failures}
-        plan = decide(changes, statuses, groups, failures, facts=facts, details=state)
+        plan = decide(changes, statuses, groups, failures, facts=facts, details=state, pool=params["pool_restart"])
 
     errors = check_errors(params["checks"]) + release_errors
     if params["against"] == "desired":

@@ -58,13 +58,15 @@ def decide(
     proof_failures: dict[str, list[str]] | None = None,
     facts: dict[str, list[str]] | None = None,
     details: dict[str, dict[str, Any]] | None = None,
+    pool: list[str] | None = None,
 ) -> dict[str, Any]:
     """The host's plan, as data: file changes, what restarts per group and why, what else the run must do.
 
     groups maps each service to "servers" or "router"; proof_failures maps a group to what failed. facts holds
     `missing_users`, `disabled_units`, `build` (releases not built yet) and `held` (files that differ but belong
     to roles a --tags run leaves out); details holds per service its `changed_since_start`, `changed_inputs` and
-    `held_inputs`.
+    `held_inputs`. pool: why this host's servers restart with their PD pool across hosts although their own inputs
+    did not change (another host of the pool restarts its servers: a pool's prefills and decodes restart as one).
     """
     proof_failures = dict(proof_failures or {})
     if proof_failures.get("servers"):
@@ -83,6 +85,8 @@ def decide(
     for group, failures in proof_failures.items():
         if failures and not restart[group]:
             restart[group] += [f"light proof: {failure}" for failure in failures]
+    if pool and not restart["servers"] and "servers" in groups.values():
+        restart["servers"] += [f"pool: {reason}" for reason in pool]
     missing_users = sorted(facts.get("missing_users", []))
     disabled_units = sorted(facts.get("disabled_units", []))
     # A restart this run makes would start a service while some of its inputs still wait for another role.

@@ -7,6 +7,12 @@ of them (filters sglang_step_errors, sglang_rollout_schedule, sglang_rollout_nex
   (rounded down, at least one host, as Kubernetes' maxUnavailable is rounded down). No batch takes more hosts out
   of rotation than the guard less the hosts already unavailable (not serving, not ready, or drained), counted on
   the whole inventory before every batch; a batch the guard reduces to nothing stops the run.
+- A PD pool across hosts (xPyD, settings["pools"]: host -> its sglang_services_pool) is one unit of all of this: it
+  changes as one (its prefills and decodes restart together, never a prefill beside a decode of other settings),
+  so a step takes whole pools, a step's size and the guard count a pool as one, and a pool is out of rotation when
+  any of its hosts is. A step that would leave the inventory with nothing in rotation because it takes a pool (the
+  pool's whole capacity goes while its servers restart) is refused unless the operator allowed that pool by name
+  (settings["allow_pool_outage"], sglang_rollout_allow_pool_outage).
 """
 
 from __future__ import annotations
@@ -22,6 +28,59 @@ PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
 COUNT = re.compile(r"^[0-9]+$")
 # DRAINED_SERVING (sglang_rotation.in_rotation) is the why of a host the guard counts out of rotation because an
 # earlier run's drain left its workers out while its services run: the run brings it back first, at no capacity cost.
+
+
+class Units:
+    """The units a rollout counts: a host of its own, or a PD pool across hosts (all of its hosts as one). A pool's
+    key is its first host in `order` (the inventory's), so a unit is always named by a host; `pools` maps hosts to
+    their pool's name (a pool named by one host only is a host of its own)."""
+
+    def __init__(self, pools: dict[str, Any] | None, order: list[str]) -> None:
+        named = {str(host): str(pool) for host, pool in (pools or {}).items() if pool}
+        members: dict[str, list[str]] = {}
+        for host in dict.fromkeys([*order, *sorted(named)]):
+            if host in named:
+                members.setdefault(named[host], []).append(host)
+        self.members = {pool: hosts for pool, hosts in members.items() if len(hosts) > 1}
+        self.key = {host: hosts[0] for hosts in self.members.values() for host in hosts}
+        self.pool_of_key = {hosts[0]: pool for pool, hosts in self.members.items()}
+
+    def unit(self, host: str) -> str:
+        return self.key.get(host, host)
+
+    def units(self, hosts: list[str]) -> list[str]:
+        return list(dict.fromkeys(self.unit(host) for host in hosts))
+
+    def expand(self, units: list[str], hosts: list[str]) -> list[str]:
+        """The hosts of `hosts` that belong to `units`: unit by unit in the units' order, each pool's hosts in the
+        order of `hosts`."""
+        return [host for unit in units for host in hosts if self.unit(host) == unit]
+
+    def pool(self, unit: str) -> str | None:
+        return self.pool_of_key.get(unit)
+
+    def down(self, unavailable: dict[str, str]) -> dict[str, str]:
+        """The units out of rotation: a pool when any of its hosts is (each named with why)."""
+        out: dict[str, list[str]] = {}
+        for host in sorted(unavailable):
+            out.setdefault(self.unit(host), []).append(host)
+        return {
+            unit: (
+                str(unavailable[hosts[0]])
+                if unit not in self.pool_of_key
+                else "; ".join(f"{host}: {unavailable[host]}" for host in hosts)
+            )
+            for unit, hosts in out.items()
+        }
+
+    def serving(self, serving: list[str], hosts: list[str]) -> list[str]:
+        """The units of `hosts` all of whose hosts serve."""
+        return [unit for unit in self.units(hosts) if all(h in serving for h in self.expand([unit], hosts))]
+
+    def name(self, unit: str, hosts: list[str]) -> str:
+        """How a line names a unit: a host, or a pool with its hosts."""
+        pool = self.pool(unit)
+        return unit if pool is None else f"pool {pool} ({', '.join(self.expand([unit], hosts))})"
 
 
 def _spec_errors(variable: str, spec: Any) -> list[str]:
@@ -195,9 +254,10 @@ def step_of(
 
 
 def describe_step(step: dict[str, Any], total: int, guard_now: int, unavailable: list[str]) -> str:
-    """One line of the plan (or of the run, before a step) for one step."""
-    size = len(step["hosts"])
-    text = f"step {step['step']}: {', '.join(step['hosts'])} ({size} of {total}"
+    """One line of the plan (or of the run, before a step) for one step. A step of pools (step["named"], the pools
+    with their hosts) counts its units: a pool is one."""
+    size = len(step.get("units") or step["hosts"])
+    text = f"step {step['step']}: {step.get('named') or ', '.join(step['hosts'])} ({size} of {total}"
     # Smaller than the step asks only because the guard held hosts back (not because fewer were left).
     if step.get("wanted") and step["wanted"] > size and step.get("held"):
         text += f"; the step asks {step['wanted']}, the guard allows {size}"
@@ -217,6 +277,64 @@ def describe_step(step: dict[str, Any], total: int, guard_now: int, unavailable:
     return text
 
 
+def _counted(
+    changing: list[str], serving: list[str], inventory: list[str], unavailable: dict[str, str], settings: dict[str, Any]
+) -> dict[str, Any]:
+    """What the guard and the steps count, in units (a host, or a pool across hosts as one): the run's units, the
+    inventory's, those out of rotation now (with why), those not serving at the plan, those brought back first."""
+    units = Units(settings.get("pools"), [*inventory, *changing])
+    down = units.down(unavailable)
+    changing_units = units.units(changing)
+    back = [
+        unit
+        for unit in changing_units
+        if any(units.unit(h) == unit for h in unavailable)
+        and all(str(unavailable[h]).startswith(DRAINED_SERVING) for h in unavailable if units.unit(h) == unit)
+    ]
+    return {
+        "units": units,
+        "changing": changing_units,
+        "inventory": units.units(inventory),
+        "down": down,
+        "fresh": [unit for unit in changing_units if unit not in units.serving(serving, changing)],
+        "back": back,
+    }
+
+
+def pool_outages(
+    batch: list[str], counted: dict[str, Any], down: list[str], allowed_pools: list[Any] | tuple[Any, ...] = ()
+) -> list[str]:
+    """The pools of a batch (its units) the operator did not allow to take the inventory's last capacity: when the
+    batch takes a pool and leaves no unit of the inventory in rotation (the pool's servers all restart at once)."""
+    units = counted["units"]
+    pools = [units.pool(unit) for unit in batch if units.pool(unit)]
+    left = [unit for unit in counted["inventory"] if unit not in batch and unit not in down]
+    if not pools or left:
+        return []
+    allowed = {str(name) for name in allowed_pools}
+    return [str(pool) for pool in pools if pool not in allowed]
+
+
+def _outage_line(number: int, refused: list[str], counted: dict[str, Any], changing: list[str]) -> str:
+    units = counted["units"]
+    named = "; ".join(units.name(units.members[pool][0], changing) for pool in refused)
+    return (
+        f"step {number}: NONE: it would take {named} while nothing else of the inventory is in rotation: a pool's"
+        " prefills and decodes restart as one, so the pool's whole capacity, here the inventory's last, is out until"
+        " they are ready again. Nothing was changed. Allow it by name with"
+        f" sglang_rollout_allow_pool_outage={sorted(refused)!r}, or bring other capacity into rotation first"
+    )
+
+
+def _with_units(step: dict[str, Any], batch: list[str], counted: dict[str, Any], changing: list[str]) -> None:
+    """A step of pools names its units (a pool with its hosts)."""
+    units = counted["units"]
+    if any(units.pool(unit) for unit in batch):
+        step["units"] = list(batch)
+        step["named"] = ", ".join(units.name(unit, changing) for unit in batch)
+        step["pools"] = [units.pool(unit) for unit in batch if units.pool(unit)]
+
+
 def plan(
     changing: list[str],
     serving: list[str],
@@ -231,43 +349,73 @@ def plan(
     changing: the hosts that change, in inventory order; serving: those whose services all run now; inventory: the
     inventory's serving hosts (group sglang_dsv4, outside --limit too); unavailable: those out of rotation now, with
     why; settings: steps, max_unavailable, analysis, pause_after and what estimate() reads."""
-    allowed = guard(settings["max_unavailable"], len(inventory))
-    down = sorted(unavailable)
-    back = returning_hosts(changing, unavailable)
-    fresh = [host for host in changing if host not in serving]
-    batches = schedule(changing, settings["steps"], allowed, down, fresh, back)
-    steps, pending, total = [], list(changing), 0.0
+    counted = _counted(changing, serving, inventory, unavailable, settings)
+    units = counted["units"]
+    allowed = guard(settings["max_unavailable"], len(counted["inventory"]))
+    down = sorted(counted["down"])
+    back = counted["back"]
+    batches = schedule(counted["changing"], settings["steps"], allowed, down, counted["fresh"], back)
+    steps, pending, total, refused = [], list(changing), 0.0, []
     for batch in batches:
-        pending = [host for host in pending if host not in batch["hosts"]]
-        step = step_of(batch["step"], batch["hosts"], pending, serving, bool(settings["analysis"]))
-        step.update(
-            wanted=batch["wanted"], stopped=batch["stopped"], analysis=bool(settings["analysis"]), held=bool(pending)
+        hosts = units.expand(batch["hosts"], changing)
+        outage = (
+            []
+            if batch["stopped"]
+            else pool_outages(batch["hosts"], counted, down, settings.get("allow_pool_outage") or ())
         )
-        if not batch["stopped"]:
-            step["estimate"] = estimate(batch["hosts"], restart_seconds, settings, bool(step["analysed"]))
+        pending = [host for host in pending if host not in hosts]
+        step = step_of(batch["step"], hosts, pending, serving, bool(settings["analysis"]))
+        step.update(
+            wanted=batch["wanted"],
+            stopped=batch["stopped"] or bool(outage),
+            analysis=bool(settings["analysis"]),
+            held=bool(pending),
+        )
+        _with_units(step, batch["hosts"], counted, changing)
+        if outage:
+            step["refused"] = outage
+            refused += outage
+        elif not batch["stopped"]:
+            step["estimate"] = estimate(hosts, restart_seconds, settings, bool(step["analysed"]))
             total += step["estimate"]
         steps.append(step)
+        if outage:
+            break
+    noun = "unit(s) (a host, or a pool across hosts as one)" if units.members else "host(s)"
     lines = [
-        f"rollout: {len(changing)} host(s) change in {len([s for s in steps if not s['stopped']])} step(s)"
-        f" (sglang_rollout_steps={settings['steps']}); the guard: at most {allowed} of the inventory's"
-        f" {len(inventory)} serving host(s) out of rotation at once"
+        f"rollout: {len(counted['changing'])} {noun} change in"
+        f" {len([s for s in steps if not s['stopped']])} step(s) (sglang_rollout_steps={settings['steps']}); the guard:"
+        f" at most {allowed} of the inventory's {len(counted['inventory'])} serving"
+        f" {'unit(s)' if units.members else 'host(s)'} out of rotation at once"
         f" (sglang_rollout_max_unavailable={settings['max_unavailable']!r}), counted again before each step",
     ]
+    for pool, members in units.members.items():
+        if any(host in changing for host in members):
+            lines.append(
+                f"pool {pool}: {', '.join(members)} change as one (every prefill and decode restarts together,"
+                " the router is told before they leave and after they return)"
+            )
     if down:
-        lines.append("out of rotation now: " + "; ".join(f"{host} ({unavailable[host]})" for host in down))
+        lines.append(
+            "out of rotation now: "
+            + "; ".join(f"{units.name(unit, inventory)} ({counted['down'][unit]})" for unit in down)
+        )
     if back:
         lines.append(
-            f"brought back first: {', '.join(back)} (an earlier run's drain left the workers out while the services"
-            " serve; changing them costs no capacity and puts them back into rotation)"
+            f"brought back first: {', '.join(units.name(unit, changing) for unit in back)} (an earlier run's drain left"
+            " the workers out while the services serve; changing them costs no capacity and puts them back into"
+            " rotation)"
         )
     for step in steps:
-        if step["stopped"]:
+        if step.get("refused"):
+            lines.append(_outage_line(step["step"], step["refused"], counted, changing))
+        elif step["stopped"]:
             lines.append(
                 f"step {step['step']}: NONE: the guard leaves no room ({len(down)} of {allowed} out of rotation);"
                 " the run stops here unless hosts come back"
             )
         else:
-            lines.append(describe_step(step, len(changing), allowed, down))
+            lines.append(describe_step(step, len(counted["changing"]), allowed, down))
     pause = settings.get("pause_after")
     if pause and int(pause) < len(steps):
         lines.append(f"pause after step {pause} (sglang_rollout_pause_after): run again to go on")
@@ -280,6 +428,8 @@ def plan(
         "lines": lines,
         "analysis": any(step["analysed"] for step in steps),
         "serving": serving,
+        # Pools whose step would take the inventory's last capacity, not allowed by name: the plan refuses the run.
+        "refused": refused,
     }
 
 
@@ -295,23 +445,41 @@ def next_step(
     """The step the run takes now, from the health read just before it: its hosts (the guard less the hosts out of
     rotation now), what its analysis judges, and its line. No hosts: the guard leaves no room, the run stops."""
     pending = [host for host in changing if host not in done]
-    allowed = guard(settings["max_unavailable"], len(inventory))
-    fresh = [host for host in changing if host not in serving]
-    back = returning_hosts(pending, unavailable)
-    batch = next_batch(pending, settings["steps"], number - 1, len(changing), allowed, sorted(unavailable), fresh, back)
-    after = [host for host in pending if host not in batch["hosts"]]
-    step = step_of(number, batch["hosts"], after, serving, bool(settings["analysis"]))
+    counted = _counted(changing, serving, inventory, unavailable, settings)
+    units = counted["units"]
+    allowed = guard(settings["max_unavailable"], len(counted["inventory"]))
+    back = [unit for unit in counted["back"] if unit in units.units(pending)]
+    out = sorted(counted["down"])
+    batch = next_batch(
+        units.units(pending),
+        settings["steps"],
+        number - 1,
+        len(counted["changing"]),
+        allowed,
+        out,
+        counted["fresh"],
+        back,
+    )
+    outage = pool_outages(batch["hosts"], counted, out, settings.get("allow_pool_outage") or ())
+    hosts = [] if outage else units.expand(batch["hosts"], pending)
+    after = [host for host in pending if host not in hosts]
+    step = step_of(number, hosts, after, serving, bool(settings["analysis"]))
     step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending, held=bool(after))
-    out = sorted(unavailable)
-    if batch["hosts"]:
-        step["line"] = describe_step(step, len(changing), allowed, out)
-        first = [host for host in batch["hosts"] if host in back]
+    if hosts:
+        _with_units(step, batch["hosts"], counted, changing)
+    if outage:
+        step["refused"] = outage
+        step["line"] = _outage_line(number, outage, counted, changing)
+    elif hosts:
+        step["line"] = describe_step(step, len(counted["changing"]), allowed, out)
+        first = [units.name(unit, changing) for unit in batch["hosts"] if unit in back]
         if first:
             step["line"] += f"; brought back first (drained, serving; no capacity lost): {', '.join(first)}"
     else:
+        why = "; ".join(f"{units.name(unit, inventory)}: {counted['down'][unit]}" for unit in out)
         step["line"] = (
-            f"step {number}: the guard leaves no room: {len(out)} of the inventory's {len(inventory)} serving hosts"
-            f" are out of rotation ({'; '.join(f'{h}: {unavailable[h]}' for h in out)}), at most {allowed} may be"
+            f"step {number}: the guard leaves no room: {len(out)} of the inventory's {len(counted['inventory'])}"
+            f" serving {'units' if units.members else 'hosts'} are out of rotation ({why}), at most {allowed} may be"
             f" (sglang_rollout_max_unavailable={settings['max_unavailable']!r}). The rollout stops before this step;"
             f" {len(pending)} host(s) not changed: {', '.join(pending)}. Bring those hosts back into rotation (or"
             " raise the guard), then run again: the hosts already changed are no-ops."

@@ -94,3 +94,17 @@ def test_the_table_says_which_weights_each_host_holds_and_which_its_servers_star
         "weights sha256:bbbb (61 weight files); started from: sglang-dsv4-decode unknown, sglang-dsv4-prefill"
         " sha256:aaaa" in lines
     )
+
+
+def test_a_pool_hosts_plan_restarts_its_servers_with_the_pools_and_says_why():
+    empty = {"files": [], "restart": {"servers": [], "router": []}, "restart_servers": False, "empty": True}
+    changing = {**empty, "restart": {"servers": ["sglang-dsv4-decode: its inputs change in this run"], "router": []}}
+    changing = {**changing, "restart_servers": True, "empty": False}
+    pooled = f.sglang_pool_restart(empty, {"d1": changing, "p2": empty}, True)
+    assert pooled["pool_restart"] == ["d1 restarts its servers (sglang-dsv4-decode: its inputs change in this run)"]
+    assert pooled["restart"]["servers"] == ["pool: " + pooled["pool_restart"][0]]
+    assert pooled["restart_servers"] and not pooled["empty"]
+    # Nothing restarts elsewhere in the pool, or the host has no servers (the router host): its plan as it was.
+    assert f.sglang_pool_restart(empty, {"p2": empty}, True) == empty
+    assert f.sglang_pool_restart(empty, {"d1": changing}, False) == empty
+    assert f.sglang_pool_restart(empty, {}, True) == empty

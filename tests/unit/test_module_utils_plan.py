@@ -129,3 +129,22 @@ def test_touching_a_file_keeps_its_digest_and_an_edit_changes_it(tmp_path):
     assert sglang_records.inputs_digest({str(path): sglang_files.file_digest(str(path))}) == before
     path.write_text("b")
     assert sglang_records.inputs_digest({str(path): sglang_files.file_digest(str(path))}) != before
+
+
+# --- a PD pool across hosts (xPyD): a host's servers restart with their pool's --------------------------------
+
+
+def test_a_hosts_servers_restart_with_their_pool_where_nothing_of_their_own_asks_for_it():
+    current = {"sglang-dsv4-prefill": plan.CURRENT}
+    prefill_only = {"sglang-dsv4-prefill": "servers"}
+    why = ["d1 restarts its servers (sglang-dsv4-decode: its inputs change in this run)"]
+    decided = plan.decide([], current, prefill_only, pool=why)
+    assert decided["restart"]["servers"] == [f"pool: {why[0]}"]
+    assert decided["restart_servers"] and not decided["empty"]
+    # Its own reasons stand alone where it has them; the router host (no servers) keeps its plan.
+    own = plan.decide([], {"sglang-dsv4-prefill": "its inputs change in this run"}, prefill_only, pool=why)
+    assert own["restart"]["servers"] == ["sglang-dsv4-prefill: its inputs change in this run"]
+    router_only = plan.decide([], {"sglang-dsv4-router": plan.CURRENT}, {"sglang-dsv4-router": "router"}, pool=why)
+    assert router_only["empty"] and not router_only["restart_servers"]
+    # No pool: as before.
+    assert plan.decide([], current, prefill_only)["empty"]

@@ -358,3 +358,95 @@ def test_the_step_report_filter_takes_the_playbooks_arguments():
         "1", ["h1"], APPLY, ["h2", "h3", "h4"], ["h1"], {"h1": ""}, {"h1": STEP_FENCE}, STEP_SETTINGS
     )
     assert out["lost"] == ["h1"] and "sglang_rollout_break_lock=R1" in out["lines"][0]
+
+
+# --- PD pools across hosts (xPyD): a pool is one unit of the steps and of the guard -----------------------------
+
+POOLED = ["p1", "p2", "d1", "r1", "q1", "e1", "s1", "h1", "h2"]
+POOLS = {"p1": "pd-a", "p2": "pd-a", "d1": "pd-a", "r1": "pd-a", "q1": "pd-b", "e1": "pd-b", "s1": "pd-b"}
+POOL_SETTINGS = {
+    "steps": [1, "50%"],
+    "max_unavailable": 1,
+    "analysis": False,
+    "start_timeout": 30,
+    "drain": False,
+    "notice": 0,
+    "initial_delay": 0,
+    "interval": 0,
+    "count": 0,
+    "pools": POOLS,
+}
+
+
+def test_a_step_takes_a_pool_whole_and_the_steps_and_the_guard_count_it_as_one():
+    plan = steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})
+    # Four units (pd-a, pd-b, h1, h2); the guard, 1 unit at a time; the canary step is the first pool, whole.
+    assert [s["hosts"] for s in plan["steps"]] == [["p1", "p2", "d1", "r1"], ["q1", "e1", "s1"], ["h1"], ["h2"]]
+    assert plan["refused"] == [] and plan["guard"] == 1
+    assert plan["lines"][0].startswith("rollout: 4 unit(s) (a host, or a pool across hosts as one) change in 4 step(s)")
+    assert "of the inventory's 4 serving unit(s) out of rotation at once" in plan["lines"][0]
+    assert "pool pd-a: p1, p2, d1, r1 change as one" in plan["lines"][1]
+    assert plan["lines"][3].startswith("step 1: pool pd-a (p1, p2, d1, r1) (1 of 4)")
+    step = steps.next_step(1, POOLED, [], POOLED, POOLED, {}, POOL_SETTINGS)
+    assert step["hosts"] == ["p1", "p2", "d1", "r1"] and step["pools"] == ["pd-a"]
+    # A bigger guard lets a pool and a host go together: still whole pools.
+    roomy = {**POOL_SETTINGS, "max_unavailable": 2, "steps": [2]}
+    assert steps.next_step(1, POOLED, [], POOLED, POOLED, {}, roomy)["hosts"] == [
+        "p1",
+        "p2",
+        "d1",
+        "r1",
+        "q1",
+        "e1",
+        "s1",
+    ]
+    assert steps.next_step(2, POOLED, ["p1", "p2", "d1", "r1", "q1", "e1", "s1"], POOLED, POOLED, {}, roomy)[
+        "hosts"
+    ] == [
+        "h1",
+        "h2",
+    ]
+
+
+def test_a_pool_is_out_of_rotation_when_any_of_its_hosts_is():
+    # d1 (pd-a's decode host) fell over: pd-a is out, the guard of 1 unit has no room for another unit...
+    down = {"d1": "not ready: /health refused"}
+    step = steps.next_step(1, POOLED, [], POOLED, POOLED, down, {**POOL_SETTINGS, "steps": [2]})
+    # ...but pd-a itself changes at no more cost (already out), and nothing else goes with it.
+    assert step["hosts"] == ["p1", "p2", "d1", "r1"]
+    plan = steps.plan(POOLED, POOLED, POOLED, down, POOL_SETTINGS, {})
+    assert "out of rotation now: pool pd-a (p1, p2, d1, r1) (d1: not ready: /health refused)" in plan["lines"]
+    # pd-b's host down: pd-a may not go (the guard's one unit is pd-b).
+    held = steps.next_step(1, POOLED, [], POOLED, POOLED, {"e1": "not asked"}, POOL_SETTINGS)
+    assert held["hosts"] == [] and "the guard leaves no room" in held["line"]
+
+
+def test_a_pool_whose_step_takes_the_inventorys_last_capacity_is_refused_unless_allowed_by_name():
+    alone = ["p1", "p2", "d1", "r1"]
+    settings = {**POOL_SETTINGS, "max_unavailable": "100%"}
+    plan = steps.plan(alone, alone, alone, {}, settings, {})
+    assert plan["refused"] == ["pd-a"]
+    assert plan["steps"][0]["hosts"] == alone and plan["steps"][0]["stopped"]
+    line = next(line for line in plan["lines"] if line.startswith("step 1: NONE"))
+    assert "pool pd-a (p1, p2, d1, r1) while nothing else of the inventory is in rotation" in line
+    assert "sglang_rollout_allow_pool_outage=['pd-a']" in line
+    step = steps.next_step(1, alone, [], alone, alone, {}, settings)
+    assert step["hosts"] == [] and step["refused"] == ["pd-a"]
+    allowed = {**settings, "allow_pool_outage": ["pd-a"]}
+    assert steps.plan(alone, alone, alone, {}, allowed, {})["refused"] == []
+    assert steps.next_step(1, alone, [], alone, alone, {}, allowed)["hosts"] == alone
+    # With another unit in rotation, the pool's outage leaves capacity: no name needed.
+    assert steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})["refused"] == []
+    # A host of its own taking the last capacity stays the guard's matter (sglang_rollout_allow_whole_fleet).
+    assert steps.plan(["h1"], ["h1"], ["h1"], {}, POOL_SETTINGS, {})["refused"] == []
+
+
+def test_without_pools_the_steps_are_the_hosts_as_before():
+    plain = {key: value for key, value in POOL_SETTINGS.items() if key != "pools"}
+    hosts = ["h1", "h2", "h3", "h4"]
+    named_once = {**plain, "pools": {"h1": "pd-z"}}  # a pool named by one host only is a host of its own
+    for settings in (plain, named_once):
+        plan = steps.plan(hosts, hosts, hosts, {}, settings, {})
+        assert [s["hosts"] for s in plan["steps"]] == [["h1"], ["h2"], ["h3"], ["h4"]]
+        assert plan["lines"][0].startswith("rollout: 4 host(s) change in 4 step(s)")
+        assert plan["lines"][1].startswith("step 1: h1 (1 of 4)")
