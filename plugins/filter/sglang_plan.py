@@ -61,7 +61,12 @@ def sglang_plan_table(plans: list[dict[str, Any]], hosts: list[str]) -> list[str
         for path in plan.get("files", []):
             lines.append(f"{'':<20} {'':<8} {'':>5}  changes {path}")
         drain = plan.get("drain") or {}
-        if restart.get("servers") or restart.get("router"):
+        if plan.get("in_pool") and restart.get("servers"):
+            lines.append(
+                f"{'':<20} {'':<8} {'':>5}  pool {plan['in_pool']}: its router host takes the pool's workers out of"
+                " rotation before any server of the pool restarts, and back once every one is ready"
+            )
+        elif restart.get("servers") or restart.get("router"):
             if drain.get("enabled"):
                 lines.append(
                     f"{'':<20} {'':<8} {'':>5}  drain before the restart: out of rotation, {drain['notice']} s for the"
@@ -119,14 +124,19 @@ def sglang_pool_restart(plan: dict[str, Any], others: dict[str, Any], has_server
     """A host's plan with its PD pool across hosts: where another host of the pool (`others`: host -> the plan its
     read found) restarts its servers, this host's servers restart too, in the same step (a pool's prefills and
     decodes restart as one: never a prefill beside a decode of other settings). `pool_restart` says why; the apply's
-    read under the lock carries it (module_utils/sglang_plan.decide's `pool`)."""
+    read under the lock carries it (module_utils/sglang_plan.decide's `pool`). A host without servers (the pool's
+    router host) drains the pool's workers around their restart instead (`drain_pool`)."""
     reasons = [
         f"{host} restarts its servers ({'; '.join(other['restart']['servers'][:1])})"
         for host, other in sorted((others or {}).items())
         if isinstance(other, dict) and other.get("restart_servers")
     ]
-    if not reasons or not has_servers:
+    if not reasons:
         return plan
+    if not has_servers:
+        # The pool's router host: it drains the pool's workers while they restart, and puts them back after.
+        other = [*plan.get("other", []), f"drain the pool's workers while its servers restart ({'; '.join(reasons)})"]
+        return {**plan, "other": other, "drain_pool": True, "empty": False, "pool_restart": reasons}
     restart = dict(plan.get("restart") or {"servers": [], "router": []})
     if not restart.get("servers"):
         restart["servers"] = [f"pool: {reason}" for reason in reasons]

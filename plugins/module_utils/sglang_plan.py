@@ -85,8 +85,12 @@ def decide(
     for group, failures in proof_failures.items():
         if failures and not restart[group]:
             restart[group] += [f"light proof: {failure}" for failure in failures]
-    if pool and not restart["servers"] and "servers" in groups.values():
+    has_servers = "servers" in groups.values()
+    if pool and not restart["servers"] and has_servers:
         restart["servers"] += [f"pool: {reason}" for reason in pool]
+    # The router host of a pool across hosts (no servers of its own): it takes the pool's workers out of rotation
+    # before they restart and puts them back once they are ready (sglang_services' handlers).
+    drain_pool = bool(pool) and not has_servers and "router" in groups.values()
     missing_users = sorted(facts.get("missing_users", []))
     disabled_units = sorted(facts.get("disabled_units", []))
     # A restart this run makes would start a service while some of its inputs still wait for another role.
@@ -99,6 +103,8 @@ def decide(
     other = [f"create user {user}" for user in missing_users] + [f"enable {unit}" for unit in disabled_units]
     if facts.get("undrain"):
         other.append("put the router's workers back into rotation (an earlier run's drain did not end)")
+    if drain_pool:
+        other.append(f"drain the pool's workers while its servers restart ({'; '.join(pool or [])})")
     return {
         "files": sorted(changes),
         "other": sorted(other),
@@ -114,6 +120,8 @@ def decide(
         "serving": not any(status.startswith("not running") for status in statuses.values()),
         "restart_servers": bool(restart["servers"]),
         "restart_router": bool(restart["router"]),
+        "pool": list(pool or []),
+        "drain_pool": drain_pool,
         "empty": not changes
         and not other
         and not facts.get("build")

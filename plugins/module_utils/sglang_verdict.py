@@ -127,9 +127,16 @@ def failures(asked: dict[str, Any], judge: dict[str, Any], router_url: str) -> l
     """Every failure of the verification of what `asked` holds (module sglang_ask's result), in the order the
     verification states them; empty when the host is proven."""
     host = judge["host"]
+    # A server host of a PD pool across hosts has no router: its pool's router host asks the questions and judges
+    # the answers; this host proves its own servers.
+    asked_router = bool(router_url)
     return (
         defaults_failures(asked, judge["managed"], host)
-        + answers_failures(asked["answers"], int(judge["requests"]), float(judge["max_repetition"]), host, router_url)
+        + (
+            answers_failures(asked["answers"], int(judge["requests"]), float(judge["max_repetition"]), host, router_url)
+            if asked_router
+            else []
+        )
         + generate_failures(asked, judge["managed"], host, router_url)
         + weights_failures(asked, host)
     )

@@ -33,9 +33,10 @@ options:
     elements: dict
     default: []
   router_url:
-    description: The router's base URL.
+    description: The router's base URL; empty on a host without a router (a server host of a PD pool across hosts,
+      whose router host asks the chat and C(/generate) questions), which asks none.
     type: str
-    required: true
+    default: ""
   model:
     description: The served model name a client sends.
     type: str
@@ -273,10 +274,10 @@ def ask(module: AnsibleModule) -> None:
         except (ValueError, OSError):
             file_sampling = None
     url = p["router_url"].rstrip("/") + "/v1/chat/completions"
-    bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]]
-    answers = ask_all(url, p["api_key"], p["timeout"], bodies)
+    bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]] if p["router_url"] else []
+    answers = ask_all(url, p["api_key"], p["timeout"], bodies) if bodies else []
     generated = None
-    if p["generate"]:
+    if p["generate"] and p["router_url"]:
         generate_url = p["router_url"].rstrip("/") + "/generate"
         prompt = str(p["generate"].get("prompt") or "Hello")
         generated = generate(
@@ -307,7 +308,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "servers": {"type": "list", "elements": "dict", "default": []},
-            "router_url": {"type": "str", "required": True},
+            "router_url": {"type": "str", "default": ""},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "questions": {"type": "list", "elements": "raw", "default": []},

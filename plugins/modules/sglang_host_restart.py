@@ -68,9 +68,16 @@ options:
     required: true
     suboptions:
       router_url:
-        description: The router's URL on the host.
+        description: The router's URL on the host; empty on a host without a router (a server host of a PD pool
+          across hosts).
         type: str
-        required: true
+        default: ""
+      held_by_pool:
+        description: The host is one of a PD pool across hosts, whose router host takes the pool's workers out of
+          rotation before this call and puts them back after it (sglang_services' handlers); this call neither
+          drains nor puts workers back.
+        type: bool
+        default: false
       admin_credential:
         description: The admin-key credential of the running router (see M(dsv4.sglang.sglang_drain)).
         type: path
@@ -196,7 +203,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
         "type": "dict",
         "required": True,
         "options": {
-            "router_url": {"type": "str", "required": True},
+            "router_url": {"type": "str", "default": ""},
+            "held_by_pool": {"type": "bool", "default": False},
             "admin_credential": {"type": "path", "required": True},
             "state_file": {"type": "path", "required": True},
             "metrics_urls": {"type": "list", "elements": "str", "default": []},
@@ -277,9 +285,10 @@ def host_restart(module: Any) -> None:
         "notice_seconds": rotation["notice_seconds"],
     }
 
+    held = rotation["held_by_pool"]
     at("before_drain")
     drained = None
-    if rotation["drain"] and acting:
+    if rotation["drain"] and acting and not held:
         drained = drain(
             module,
             {
@@ -310,7 +319,8 @@ def host_restart(module: Any) -> None:
             "wait": (servers if plan["restart_servers"] else [])
             + (
                 routers
-                if plan["restart_router"] or (plan["restart_servers"] and not (drained and drained["changed"]))
+                if plan["restart_router"]
+                or (plan["restart_servers"] and not held and not (drained and drained["changed"]))
                 else []
             ),
             "timeout": p["timeout"],
@@ -329,15 +339,20 @@ def host_restart(module: Any) -> None:
             routers[0]["name"],
             [u["health_url"].removesuffix("/health") for u in servers],
         )
-        if plan["restart_router"] and routers and not module.check_mode
+        if plan["restart_router"] and routers and not module.check_mode and not held
         else None,
     )
 
     at("before_undrain")
     router_unit = f"{routers[0]['name']}.service" if routers else None
-    undrained = restore(
-        module,
-        {**common, "router_unit": router_unit, "timeout": p["timeout"], "router_restarted": plan["restart_router"]},
+    # A host of a pool: its pool's router host puts the workers back once every server of the pool is ready.
+    undrained = (
+        {"changed": False, "seconds": 0.0, "held_by_pool": True}
+        if held
+        else restore(
+            module,
+            {**common, "router_unit": router_unit, "timeout": p["timeout"], "router_restarted": plan["restart_router"]},
+        )
     )
     result = {
         "changed": bool(acting or restarted["changed"] or undrained["changed"]),

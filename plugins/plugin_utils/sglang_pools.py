@@ -74,9 +74,12 @@ def sglang_pool_members(hosts: list[dict[str, Any]], pool: str) -> list[dict[str
     return found
 
 
-def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
+def sglang_pool_errors(hosts: list[dict[str, Any]], lab: bool = False) -> list[str]:
     """Everything wrong with the inventory's pools across hosts, each message naming the variable, the pool and the
-    hosts. A pool of one host is its topology's to check (plugin_utils/sglang_units.py: one of each service)."""
+    hosts. A pool of one host is its topology's to check (plugin_utils/sglang_units.py: one of each service).
+
+    `lab`: the lab's hosts share the controller's loopback (systemd-nspawn on host networking), so there a pool's
+    hosts advertise 127.0.0.1 and are told apart by their ports: every server of the pool needs a port of its own."""
     errors: list[str] = []
     for name, members in pools(hosts).items():
         if len(members) < 2:
@@ -95,6 +98,9 @@ def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
                 " a pool has exactly one, which lists all of its prefills and decodes"
             )
         errors += skew_errors(name, members)
+        if lab:
+            errors += _lab_port_errors(name, members)
+            continue
         seen: dict[str, str] = {}
         for m in members:
             address = m.get("advertise_host")
@@ -116,6 +122,30 @@ def sglang_pool_errors(hosts: list[dict[str, Any]]) -> list[str]:
                 errors.append(f"{ADVERTISE_VAR}={address!r} on {m['host']} is already {seen[address]}'s")
             else:
                 seen[address] = str(m["host"])
+    return errors
+
+
+def _lab_port_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
+    """On the lab's shared loopback, two services of a pool on one port would be one listener."""
+    errors, owner = [], {}
+    for m in members:
+        address = m.get("advertise_host") or LOCAL_HOST
+        if not is_loopback(str(address)):
+            errors.append(
+                f"{ADVERTISE_VAR}={address!r} on {m['host']}: lab hosts share the controller's loopback; a lab pool's"
+                " hosts advertise 127.0.0.1"
+            )
+        topology = m.get("topology") if isinstance(m.get("topology"), dict) else {}
+        for service, svc in topology.items():
+            for key in ("port", "bootstrap_port", "metrics_port"):
+                port = svc.get(key) if isinstance(svc, dict) else None
+                if port is None:
+                    continue
+                where = f"{m['host']}:{service}.{key}"
+                if port in owner:
+                    errors.append(f"{POOL_VAR}={name!r}: {where}={port} is already {owner[port]}'s (one loopback)")
+                else:
+                    owner[port] = where
     return errors
 
 
@@ -141,6 +171,17 @@ def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
     the KV cache crosses between any prefill and any decode of the pool, so every server of it runs the same transfer
     backend and the same PD_EQUAL options (each host's sglang_services_server_flags and the server's extra_flags)."""
     errors: list[str] = []
+    # The sampling defaults: a prefill samples a request's first token, its decode the rest; both with one set.
+    sampling = {str(m["host"]): m.get("sampling") for m in members if m.get("sampling") is not None}
+    if sampling:
+        first_host, first_sampling = next(iter(sampling.items()))
+        for other, values in sampling.items():
+            if values != first_sampling:
+                errors.append(
+                    f"the sglang_genconfig_* sampling defaults of {other} ({values}) and of {first_host}"
+                    f" ({first_sampling}) differ: the pool {name!r} pairs any prefill with any decode (a prefill"
+                    " samples a request's first token, its decode the rest), so every host of it has the same defaults"
+                )
     backends = {str(m["host"]): m.get("transfer_backend") or "mooncake" for m in members}
     first_host, first_backend = next(iter(backends.items()))
     for other, backend in backends.items():

@@ -104,7 +104,26 @@ def test_a_pool_hosts_plan_restarts_its_servers_with_the_pools_and_says_why():
     assert pooled["pool_restart"] == ["d1 restarts its servers (sglang-dsv4-decode: its inputs change in this run)"]
     assert pooled["restart"]["servers"] == ["pool: " + pooled["pool_restart"][0]]
     assert pooled["restart_servers"] and not pooled["empty"]
-    # Nothing restarts elsewhere in the pool, or the host has no servers (the router host): its plan as it was.
+    # Nothing restarts elsewhere in the pool: its plan as it was.
     assert f.sglang_pool_restart(empty, {"p2": empty}, True) == empty
-    assert f.sglang_pool_restart(empty, {"d1": changing}, False) == empty
     assert f.sglang_pool_restart(empty, {}, True) == empty
+    # The host without servers (the pool's router host) drains the pool around the restart instead.
+    router = f.sglang_pool_restart(empty, {"d1": changing}, False)
+    assert router["drain_pool"] and not router["empty"] and not router["restart_servers"]
+    assert router["other"] == ["drain the pool's workers while its servers restart (" + pooled["pool_restart"][0] + ")"]
+
+
+def test_the_table_says_a_pool_hosts_servers_are_drained_by_its_router_host():
+    plan = {
+        "files": [],
+        "restart": {"servers": ["sglang-dsv4-prefill: its inputs change in this run"], "router": []},
+        "restart_servers": True,
+        "empty": False,
+        "drain": {"enabled": True, "notice": 10, "timeout": 300, "on_timeout": "stop"},
+        "in_pool": "pd-a",
+    }
+    lines = f.sglang_plan_table([plan], ["p1"])
+    assert any("pool pd-a: its router host takes the pool's workers out of rotation" in line for line in lines)
+    assert not any("drain before the restart" in line for line in lines)
+    alone = f.sglang_plan_table([{**plan, "in_pool": None}], ["gpu-01"])
+    assert any("drain before the restart: out of rotation, 10 s" in line for line in alone)

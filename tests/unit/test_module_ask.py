@@ -117,3 +117,20 @@ def test_each_server_reports_its_weight_version_beside_the_one_the_directory_hol
     silent = [{"name": "sglang-dsv4-decode", "health_url": f"{url}/none/health"}]
     with pytest.raises(FailError, match=r"sglang-dsv4-decode: .*/none/model_info did not answer a JSON object with a"):
         ask.weights(Module({"servers": silent, "model_path": str(tmp_path), "api_key": ""}))
+
+
+def test_a_host_without_a_router_asks_no_question_and_is_judged_on_its_servers_alone():
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_verdict
+
+    asked = {"modes": {"sglang-dsv4-decode": "model"}, "logged": {}, "answers": [], "generated": None}
+    judge = {"managed": {"temperature": 0.6}, "requests": 3, "max_repetition": 0.5, "host": "d1"}
+    # No router on the host: no answers to judge (its pool's router host asks them).
+    assert sglang_verdict.failures(asked, judge, "") == []
+    # A host with a router and no answers fails, naming the router.
+    assert (
+        "The router at http://127.0.0.1:8000 on d1 answered"
+        in sglang_verdict.failures(asked, judge, "http://127.0.0.1:8000")[0]
+    )
+    assert sglang_verdict.failures({**asked, "modes": {"sglang-dsv4-decode": "openai"}}, judge, "")[0].startswith(
+        "sglang-dsv4-decode on d1 runs with sampling_defaults=openai"
+    )

@@ -79,6 +79,7 @@ def host(tmp_path, monkeypatch):
         "proof_failures": {},
         "rotation": {
             "router_url": "http://127.0.0.1:3",
+            "held_by_pool": False,
             "admin_credential": "/run/credentials/sglang-dsv4-router.service/admin-key",
             "state_file": "/run/sglang-dsv4/drain.json",
             "metrics_urls": [],
@@ -261,3 +262,32 @@ def test_the_rollbacks_proof_passes_when_every_service_runs_from_disk_and_a_remo
 def test_runs_astray_reads_a_read_against_disk():
     units = {"a": unit(), "b": unit(status="unrecorded"), "c": unit(installed=False, active="inactive")}
     assert sglang_host_read.runs_astray(units) == ["b"]
+
+
+# --- a host of a PD pool across hosts (xPyD): its pool's router host drains and undrains around this call ---------
+
+
+def test_a_server_host_of_a_pool_restarts_and_waits_but_neither_drains_nor_puts_back(host):
+    servers = [u for u in UNITS if u["group"] == "servers"]
+    params = host["params"] | {"units": servers}
+    params["rotation"] = {**params["rotation"], "router_url": "", "held_by_pool": True}
+    result = done(params)
+    assert names(host["steps"]) == ["read", "restart"]
+    restart = dict(host["steps"])["restart"]
+    assert restart["restart"] == [["sglang-dsv4-prefill", "sglang-dsv4-decode"]]
+    assert [u["name"] for u in restart["wait"]] == ["sglang-dsv4-prefill", "sglang-dsv4-decode"]
+    assert restart["nudge"] is None
+    assert result["drain"] is None and result["undrain"]["held_by_pool"] is True
+
+
+def test_the_router_host_of_a_pool_leaves_the_pools_rotation_to_its_handlers(host):
+    router = [u for u in UNITS if u["group"] == "router"]
+    params = host["params"] | {"units": router}
+    params["rotation"] = {**params["rotation"], "held_by_pool": True}
+    host["world"]["plan"] = {"restart_servers": False, "restart_router": True, "restart": {}}
+    done(params)
+    # Its own router restarts and is waited for; the pool's workers stay where the pool's drain put them.
+    assert names(host["steps"]) == ["read", "restart"]
+    restart = dict(host["steps"])["restart"]
+    assert restart["restart"] == [["sglang-dsv4-router"]] and restart["nudge"] is None
+    assert [u["name"] for u in restart["wait"]] == ["sglang-dsv4-router"]

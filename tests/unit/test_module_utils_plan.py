@@ -141,10 +141,13 @@ def test_a_hosts_servers_restart_with_their_pool_where_nothing_of_their_own_asks
     decided = plan.decide([], current, prefill_only, pool=why)
     assert decided["restart"]["servers"] == [f"pool: {why[0]}"]
     assert decided["restart_servers"] and not decided["empty"]
-    # Its own reasons stand alone where it has them; the router host (no servers) keeps its plan.
+    # Its own reasons stand alone where it has them.
     own = plan.decide([], {"sglang-dsv4-prefill": "its inputs change in this run"}, prefill_only, pool=why)
     assert own["restart"]["servers"] == ["sglang-dsv4-prefill: its inputs change in this run"]
     router_only = plan.decide([], {"sglang-dsv4-router": plan.CURRENT}, {"sglang-dsv4-router": "router"}, pool=why)
-    assert router_only["empty"] and not router_only["restart_servers"]
+    # The pool's router host (no servers of its own) drains the pool's workers around their restart instead.
+    assert router_only["drain_pool"] and not router_only["empty"] and not router_only["restart_servers"]
+    assert router_only["other"] == [f"drain the pool's workers while its servers restart ({why[0]})"]
+    assert not decided["drain_pool"]
     # No pool: as before.
     assert plan.decide([], current, prefill_only)["empty"]

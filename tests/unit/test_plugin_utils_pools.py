@@ -150,3 +150,35 @@ def test_a_host_of_a_spanning_pool_runs_its_own_part_and_a_host_of_its_own_runs_
         "sglang_services_topology may have at most one service with mode router, found 2"
     ]
     assert sglang_topology_errors(TOPOLOGY) == [] and sglang_topology_errors(TOPOLOGY, spanning=True) == []
+
+
+def test_a_lab_pool_shares_the_controllers_loopback_and_tells_its_services_apart_by_port():
+    lab = [
+        host("lab-1", {"prefill": {**PREFILL, "port": 31011, "bootstrap_port": 31013}}, address="127.0.0.1"),
+        host("lab-2", {"decode": {**DECODE, "port": 31022}}, address="127.0.0.1"),
+        host("lab-3", {"router": {**ROUTER, "port": 31030, "metrics_port": 31034}}, address="127.0.0.1"),
+    ]
+    assert pools.sglang_pool_errors(lab, lab=True) == []
+    # Outside the lab, loopback is no address for a pool across hosts.
+    assert len(pools.sglang_pool_errors(lab)) == 3
+    clash = copy.deepcopy(lab)
+    clash[1]["topology"]["decode"]["port"] = 31011
+    assert pools.sglang_pool_errors(clash, lab=True) == [
+        "sglang_services_pool='pd-a': lab-2:decode.port=31011 is already lab-1:prefill.port's (one loopback)"
+    ]
+    real = copy.deepcopy(lab)
+    real[0]["advertise_host"] = "198.51.100.11"
+    assert "lab hosts share the controller's loopback" in pools.sglang_pool_errors(real, lab=True)[0]
+
+
+def test_every_host_of_a_pool_has_the_same_sampling_defaults():
+    same = copy.deepcopy(XPYD)
+    for entry in same:
+        entry["sampling"] = {"temperature": 0.6, "top_p": 0.95}
+    assert pools.sglang_pool_errors(same) == []
+    same[2]["sampling"] = {"temperature": 0.7, "top_p": 0.95}
+    assert pools.sglang_pool_errors(same) == [
+        "the sglang_genconfig_* sampling defaults of d1 ({'temperature': 0.7, 'top_p': 0.95}) and of p1"
+        " ({'temperature': 0.6, 'top_p': 0.95}) differ: the pool 'pd-a' pairs any prefill with any decode (a prefill"
+        " samples a request's first token, its decode the rest), so every host of it has the same defaults"
+    ]
