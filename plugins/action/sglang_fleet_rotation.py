@@ -52,9 +52,11 @@ for name in {list(PAYLOAD)!r}:
 """
 
 
-def program(router_url: str, status_file: str, drain_state: str, timeout: int) -> bytes:
+def program(
+    router_url: str, status_file: str, drain_state: str, timeout: int, health_urls: list[str] | None = None
+) -> bytes:
     """The Python program a host runs: the prelude, then one in_rotation call whose answer is printed after MARK."""
-    call = json.dumps(json.dumps([router_url, status_file, drain_state, timeout]))
+    call = json.dumps(json.dumps([router_url, status_file, drain_state, timeout, list(health_urls or [])]))
     rotation = 'sys.modules["sglang_rotation"]'
     return f"{_prelude()}print({MARK!r} + json.dumps({rotation}.in_rotation(*json.loads({call}))))\n".encode()
 
@@ -150,7 +152,12 @@ class ActionModule(ActionBase):
         if isinstance(command, dict):
             return command
         router_url = (args["router_urls"] or {}).get(host) or ""
-        return connection, command, program(router_url, args["status_file"], args["drain_state"], args["timeout"])
+        health_urls = (args.get("health_urls") or {}).get(host) or []
+        return (
+            connection,
+            command,
+            program(router_url, args["status_file"], args["drain_state"], args["timeout"], health_urls),
+        )
 
     def _command(self, variables: Any, connection: Any) -> str | dict[str, Any]:
         """The command that reads the program from stdin, as root; or why it cannot be run."""

@@ -215,6 +215,18 @@ def undrain_guard(state_path: str, now: float | None = None) -> str:
     return f"no rollout holds the host and its services serve: {len(entry['workers'])} worker(s) back in rotation"
 
 
+def recorded_health(path: str) -> list[str]:
+    """The servers' /health URLs a server host of a PD pool recorded at its last rollout (none elsewhere)."""
+    try:
+        raw = read_regular(path, limit=1 << 16)
+        urls = (json.loads(raw) or {}).get("health_urls") if raw else None
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(urls, list):
+        return []
+    return [url for url in urls if isinstance(url, str) and url.startswith(("http://", "https://"))]
+
+
 def recorded_url(path: str) -> tuple[str, str]:
     """(the router URL the host's last rollout recorded, why not)."""
     try:
@@ -239,11 +251,25 @@ def drained_serving(path: str, timeout: float) -> bool:
     return bool(urls) and all(status(url, timeout=timeout) == 200 for url in urls)
 
 
-def in_rotation(router_url: str, status_file: str, drain_state: str, timeout: float = 5) -> dict[str, Any]:
+def in_rotation(
+    router_url: str, status_file: str, drain_state: str, timeout: float = 5, health_urls: list[str] | None = None
+) -> dict[str, Any]:
     """The capacity guard's one question to a host, asked on the host: is it in rotation now (its router's
     /readiness answers 200 and no drain is pending)? Where the router listens is `router_url`, or else what the
     host's last rollout recorded (`status_file`). {"available", "why", "drained_serving", "router_url"}; the unknown
-    is never available."""
+    is never available.
+
+    A server host of a PD pool across hosts has no router (its pool's router host answers for the pool's rotation):
+    it is in rotation when every server of it answers /health 200 (`health_urls`, or what its last rollout recorded).
+    """
+    servers = list(health_urls or []) if not router_url else []
+    if not router_url and not servers:
+        servers = recorded_health(status_file)
+    if servers:
+        down = [f"{url} answered {status(url, timeout=timeout) or 'nothing (no connection)'}" for url in servers]
+        down = [line for line in down if not line.endswith(" answered 200")]
+        why = f"its servers' /health: {'; '.join(down)}" if down else ""
+        return {"available": not why, "why": why, "drained_serving": False, "router_url": ""}
     url, why = (router_url, "") if router_url else recorded_url(status_file)
     serving = False
     if url and os.path.lexists(drain_state):

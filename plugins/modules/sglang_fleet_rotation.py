@@ -32,6 +32,13 @@ options:
         where its last rollout recorded it (O(status_file)).
     type: dict
     default: {}
+  health_urls:
+    description:
+      - host -> its servers' C(/health) URLs, for a host without a router (a server host of a PD pool across hosts,
+        whose pool's router host answers for the pool's rotation); such a host is in rotation when every one answers
+        200. A host without either is asked what its last rollout recorded (O(status_file)).
+    type: dict
+    default: {}
   status_file:
     description: Each host's record of its last rollout.
     type: str
@@ -84,6 +91,7 @@ from ansible.module_utils.basic import AnsibleModule
 ARGUMENT_SPEC = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "router_urls": {"type": "dict", "default": {}},
+    "health_urls": {"type": "dict", "default": {}},
     "status_file": {"type": "str", "default": "/var/lib/sglang-dsv4/rollout.json"},
     "drain_state": {"type": "str", "default": "/run/sglang-dsv4/drain.json"},
     "timeout": {"type": "int", "default": 5},

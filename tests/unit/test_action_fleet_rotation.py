@@ -21,7 +21,7 @@ class Readiness(BaseHTTPRequestHandler):
     code = 200
 
     def do_GET(self):
-        self.send_response(self.code if self.path == "/readiness" else 404)
+        self.send_response(self.code if self.path in ("/readiness", "/health") else 404)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -45,11 +45,11 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def ask(router_url: str, status_file: Path, drain_state: Path) -> dict:
+def ask(router_url: str, status_file: Path, drain_state: Path, health_urls: list[str] | None = None) -> dict:
     """Run the program as a host does: a bare Python reading it from stdin, no collection on its path."""
     out = subprocess.run(
         [sys.executable, "-I", "-"],
-        input=fleet.program(router_url, str(status_file), str(drain_state), 2),
+        input=fleet.program(router_url, str(status_file), str(drain_state), 2, health_urls),
         capture_output=True,
         timeout=30,
         check=False,
@@ -79,6 +79,30 @@ def test_the_program_reads_where_the_router_listens_from_the_hosts_record(router
         Readiness.code = 200
     gone = f"http://127.0.0.1:{closed_port()}"
     assert ask(gone, status, drain)["why"] == "its router's /readiness answered nothing (no connection)"
+
+
+def test_a_server_host_of_a_pool_is_in_rotation_while_every_server_of_it_is_healthy(router, tmp_path):
+    """xPyD: a host without a router (its pool's router host answers for the pool) answers with its servers'
+    /health, given or recorded by its last rollout."""
+    status, drain = tmp_path / "rollout.json", tmp_path / "drain.json"
+    healthy = f"{router}/health"
+    assert ask("", status, drain, [healthy]) == {
+        "available": True,
+        "why": "",
+        "drained_serving": False,
+        "router_url": "",
+    }
+    gone = f"http://127.0.0.1:{closed_port()}/health"
+    found = ask("", status, drain, [healthy, gone])
+    assert not found["available"] and found["why"] == f"its servers' /health: {gone} answered nothing (no connection)"
+    # A run without it (--limit) asks what its last rollout recorded.
+    status.write_text(json.dumps({"router_url": None, "health_urls": [healthy]}))
+    assert ask("", status, drain)["available"] is True
+    Readiness.code = 503
+    try:
+        assert ask("", status, drain)["why"] == f"its servers' /health: {healthy} answered 503"
+    finally:
+        Readiness.code = 200
 
 
 def test_an_answer_that_is_not_the_programs_is_out_of_rotation_with_what_came_back():
