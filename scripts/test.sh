@@ -57,7 +57,7 @@ collection() {
 # these are about 2225, 2215 and 2265 s. The lab is CPU-bound on 2 cores: a fourth lane made every scenario slower,
 # not the suite shorter (a fresh clone, 2026-12-03: no scenario of four lanes had finished after 55 minutes). Every
 # scenario must be in exactly one lane.
-LANES=("traffic releases ee" "failsafe monitoring drift" "default interrupted fleet")
+LANES=("traffic releases ee" "failsafe monitoring drift xpyd" "default interrupted fleet")
 run_molecule() {
   echo "== molecule"
   local scenario lane listed=" ${LANES[*]} " logs pids=() failed=0
