@@ -139,7 +139,31 @@ def failures(asked: dict[str, Any], judge: dict[str, Any], router_url: str) -> l
         )
         + generate_failures(asked, judge["managed"], host, router_url)
         + weights_failures(asked, host)
+        + transfers_failures(asked, host, router_url)
     )
+
+
+def transfers_failures(asked: dict[str, Any], host: str, router_url: str) -> list[str]:
+    """A PD pool across hosts (module sglang_ask's `transfers`, on its router host): every request the router
+    answered must have crossed from a prefill of the pool to a decode (SGLang counts each KV transfer on the prefill
+    side); a count that cannot be read fails, never counted as zero."""
+    transfers = asked.get("transfers")
+    if not transfers:
+        return []
+    if transfers["unreadable"]:
+        return [
+            f"On {host}, the pool's KV transfers could not be read ({'; '.join(transfers['unreadable'])}): the"
+            " verification cannot prove that the router's requests crossed from a prefill to a decode."
+        ]
+    counted = sum(transfers["counted"].values())
+    if counted < transfers["answered"]:
+        per = ", ".join(f"{name} {moved:g}" for name, moved in sorted(transfers["counted"].items()))
+        return [
+            f"The router at {router_url} on {host} answered {transfers['answered']} request(s), but the pool's"
+            f" prefills counted {counted:g} KV transfer(s) meanwhile ({per}): a request served without its prefill's"
+            " KV cache crossing to a decode."
+        ]
+    return []
 
 
 def weights_failures(asked: dict[str, Any], host: str) -> list[str]:

@@ -73,6 +73,16 @@ options:
       the server (C(prompt), and C(max_new_tokens), the only sampling parameter it sets); its status, and the sampling
       the server resolved where it reports it (the lab stand-in does), are returned as C(generated).
     type: dict
+  transfers:
+    description:
+      - xPyD. The prefills of this host's PD pool across hosts (this host runs its router), each C(name) and
+        C(metrics_url): their KV-transfer count (SGLang's C(sglang:kv_transfer_latency_ms), observed on the prefill
+        side) is read before and after the questions, and returned per prefill as C(transfers). With O(judge), the
+        pool must have counted at least one transfer for every question the router answered 200 (each crossed from
+        a prefill to a decode of the pool); a count that cannot be read fails, never counted as zero.
+    type: list
+    elements: dict
+    default: []
   judge:
     description: Judge the answers as the verification does (the questions are the verification's, the last one at
       temperature 0). C(managed) (the sampling defaults the servers must have logged), C(requests) (how many chat
@@ -204,6 +214,30 @@ def weights(module: AnsibleModule) -> dict | None:
     return {"model_path": p["model_path"], "expected": now["version"], "files": now["files"], "servers": reported}
 
 
+TRANSFERS = "sglang:kv_transfer_latency_ms_count"
+
+
+def transfer_counts(prefills: list[dict], key: str) -> tuple[dict[str, float], list[str]]:
+    """Each prefill's KV-transfer count now (every label set summed), and the ones that could not be read. A page
+    that answers without the series counts 0: a labelled histogram has no series before its first observation (a
+    prefill that transferred nothing since its start); a page that does not answer 200 is unknown, never zero."""
+    counts, unreadable = {}, []
+    for prefill in prefills:
+        status, message, body = call(prefill["metrics_url"], key=key, timeout=10)
+        if status != 200:
+            unreadable.append(f"{prefill['name']} ({prefill['metrics_url']}): {message}")
+            continue
+        total = 0.0
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith(TRANSFERS + "{") or line.startswith(TRANSFERS + " "):
+                try:
+                    total += float(line.rsplit(" ", 1)[1])
+                except (IndexError, ValueError):
+                    unreadable.append(f"{prefill['name']}: {line!r}")
+        counts[prefill["name"]] = total
+    return counts, unreadable
+
+
 def chat_body(question, model: str, max_tokens: int) -> dict:
     prompt = question.get("prompt") if isinstance(question, dict) else question
     body = {"model": model, "messages": [{"role": "user", "content": str(prompt)}], "max_tokens": max_tokens}
@@ -275,6 +309,7 @@ def ask(module: AnsibleModule) -> None:
             file_sampling = None
     url = p["router_url"].rstrip("/") + "/v1/chat/completions"
     bodies = [chat_body(q, p["model"], p["max_tokens"]) for q in p["questions"]] if p["router_url"] else []
+    transfers_before, unreadable = transfer_counts(p["transfers"], p["api_key"]) if p["transfers"] else ({}, [])
     answers = ask_all(url, p["api_key"], p["timeout"], bodies) if bodies else []
     generated = None
     if p["generate"] and p["router_url"]:
@@ -283,8 +318,20 @@ def ask(module: AnsibleModule) -> None:
         generated = generate(
             generate_url, p["api_key"], p["timeout"], prompt, int(p["generate"].get("max_new_tokens") or 16)
         )
+    transfers = None
+    if p["transfers"]:
+        after, unreadable_after = transfer_counts(p["transfers"], p["api_key"])
+        answered = sum(1 for a in answers if a.get("status") == 200) + int(
+            bool(generated and generated["status"] == 200)
+        )
+        transfers = {
+            "counted": {name: after[name] - transfers_before[name] for name in after if name in transfers_before},
+            "answered": answered,
+            "unreadable": unreadable + unreadable_after,
+        }
     asked = {
         "ready": ready,
+        "transfers": transfers,
         "modes": modes,
         "preferred": preferred,
         "logged": logged,
@@ -320,6 +367,7 @@ def main() -> None:
             "generation_config": {"type": "path"},
             "model_path": {"type": "path"},
             "generate": {"type": "dict"},
+            "transfers": {"type": "list", "elements": "dict", "default": []},
             "judge": {"type": "dict"},
             "close": {"type": "dict"},
             "fence": {"type": "dict"},

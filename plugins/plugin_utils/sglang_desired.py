@@ -101,7 +101,22 @@ def _services(
     router = next((svc for svc in settings["topology"].values() if svc["mode"] == "router"), None)
     # Host-side checks the plan makes: as many GPUs as the topology uses (real hosts only).
     gpus = sum(len(unit["gpu_ids"]) for unit in units) if settings["check_gpus"] else 0
+    pool = settings["unit_settings"].get("pool_members") or []
+    extra = (
+        # xPyD: the router host of a PD pool across hosts proves that its requests cross from the pool's prefills to
+        # its decodes (their KV transfers, counted on each prefill's /metrics).
+        {
+            "pool_prefills": [
+                {"name": f"{m['host']}:{m['service']}", "metrics_url": f"{m['url']}/metrics"}
+                for m in pool
+                if m["mode"] == "prefill"
+            ]
+        }
+        if pool and router
+        else {}
+    )
     return {
+        **extra,
         "files": files,
         "units": [{key: unit[key] for key in UNIT_KEYS} for unit in units],
         "target": target,

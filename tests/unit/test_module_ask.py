@@ -134,3 +134,41 @@ def test_a_host_without_a_router_asks_no_question_and_is_judged_on_its_servers_a
     assert sglang_verdict.failures({**asked, "modes": {"sglang-dsv4-decode": "openai"}}, judge, "")[0].startswith(
         "sglang-dsv4-decode on d1 runs with sampling_defaults=openai"
     )
+
+
+def test_the_pools_router_host_proves_every_answered_request_crossed_from_a_prefill_to_a_decode():
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_verdict
+
+    asked = {"modes": {}, "logged": {}, "answers": [{"status": 200, "content": ""}], "generated": None}
+    crossed = {"counted": {"p1:prefill": 3.0, "p2:prefill": 2.0}, "answered": 5, "unreadable": []}
+    assert sglang_verdict.transfers_failures({**asked, "transfers": crossed}, "r1", "http://127.0.0.1:8000") == []
+    short = {**crossed, "counted": {"p1:prefill": 3.0, "p2:prefill": 1.0}}
+    assert sglang_verdict.transfers_failures({**asked, "transfers": short}, "r1", "http://127.0.0.1:8000") == [
+        "The router at http://127.0.0.1:8000 on r1 answered 5 request(s), but the pool's prefills counted 4 KV"
+        " transfer(s) meanwhile (p1:prefill 3, p2:prefill 1): a request served without its prefill's KV cache"
+        " crossing to a decode."
+    ]
+    # The unknown is never zero.
+    blind = {**crossed, "unreadable": ["p2:prefill (http://198.51.100.12:30000/metrics): nothing listens"]}
+    assert "could not be read" in sglang_verdict.transfers_failures({**asked, "transfers": blind}, "r1", "u")[0]
+    # No pool across hosts: nothing to prove here.
+    assert sglang_verdict.transfers_failures({**asked, "transfers": None}, "r1", "u") == []
+
+
+def test_a_prefills_transfer_count_sums_its_label_sets_and_names_what_cannot_be_read(monkeypatch):
+    pages = {
+        "http://p1/metrics": (
+            200,
+            "OK",
+            b'sglang:kv_transfer_latency_ms_count{a="1"} 3\nsglang:kv_transfer_latency_ms_count{a="2"} 4\n',
+        ),
+        "http://p2/metrics": (0, "nothing listens", b""),
+        "http://p3/metrics": (200, "OK", b"sglang:num_requests_total 1\n"),
+    }
+    monkeypatch.setattr(ask, "call", lambda url, key="", timeout=10: pages[url])
+    counts, unreadable = ask.transfer_counts(
+        [{"name": n, "metrics_url": f"http://{n}/metrics"} for n in ("p1", "p2", "p3")], ""
+    )
+    # p3 answers without the series: no transfer since its start (a labelled histogram shows none before its first).
+    assert counts == {"p1": 7.0, "p3": 0.0}
+    assert unreadable == ["p2 (http://p2/metrics): nothing listens"]

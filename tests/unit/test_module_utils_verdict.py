@@ -140,6 +140,7 @@ def lab(tmp_path, monkeypatch):
         "generation_config": None,
         "model_path": None,
         "generate": None,
+        "transfers": [],
         "judge": JUDGE,
         "close": {
             "status_dir": str(tmp_path / "status"),

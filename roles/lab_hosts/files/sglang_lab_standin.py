@@ -39,6 +39,9 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -664,11 +667,39 @@ class ServerApp(App):
             self.metrics.waiting(-1)
         self.metrics.started()
 
+    def _receive_kv(self, body: dict[str, Any], prompt: str) -> str | None:
+        """A decode's KV receive, as far as a GPU-less host can go: the router names the prefill's bootstrap server
+        in the request it sends both (bootstrap_host, bootstrap_port, bootstrap_room); SGLang's KV receiver asks
+        that server where the prefill's KV sender is (GET /route) and pulls the cache from there. The stand-in
+        makes that contact across hosts, and the prefill counts the transfer when it is asked (BootstrapHandler).
+        A contact that fails is a failed transfer: counted, and the request fails, as SGLang aborts it. None when
+        the request names no bootstrap (not from a PD router) or the transfer succeeded; else why not."""
+        host, port = body.get("bootstrap_host"), body.get("bootstrap_port")
+        if self.args.disaggregation_mode != "decode" or host is None or port is None:
+            return None
+        address = f"[{host}]" if ":" in str(host) else str(host)
+        query = urllib.parse.urlencode(
+            {
+                "engine_rank": 0,
+                "target_dp_group": 0,
+                "bootstrap_room": body.get("bootstrap_room", ""),
+                "lab_prompt_tokens": len(prompt.split()),
+            }
+        )
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/route?{query}", timeout=10) as answer:
+                if answer.status == 200:
+                    return None
+                why = f"answered {answer.status}"
+        except (OSError, urllib.error.URLError) as error:
+            why = str(error)
+        self.metrics.inc("sglang:num_transfer_failed_reqs_total")
+        log.error("KV transfer from the prefill's bootstrap server %s:%s failed: %s", host, port, why)
+        return f"KV transfer from {host}:{port} failed: {why}"
+
     def _release(self, began: float, first: float, prompt_tokens: int, produced: int) -> None:
         ended = time.monotonic()
         self.metrics.finished(prompt_tokens, produced, first - began, ended - began)
-        if self.args.disaggregation_mode == "prefill":
-            self.metrics.transferred(prompt_tokens, ended - began)
         if self.slots is not None:
             self.slots.release()
 
@@ -735,6 +766,9 @@ class ServerApp(App):
             )
         params = resolve_chat_sampling(body, self.model_defaults)
         prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        failed = self._receive_kv(body, prompt)
+        if failed:
+            return _transfer_failed(failed)
         if body.get("stream"):
             rid, model = secrets.token_hex(16), body.get("model") or self.served_model_name
 
@@ -775,6 +809,9 @@ class ServerApp(App):
         if not isinstance(requested, dict):
             return 400, {"object": "error", "message": "sampling_params must be an object", "code": 400}, JSON
         params = resolve_generate_sampling(requested, self.preferred)
+        failed = self._receive_kv(body, text_in)
+        if failed:
+            return _transfer_failed(failed)
         run_body = {"max_tokens": int(requested.get("max_new_tokens") or 128), "seed": requested.get("sampling_seed")}
         text, finish, usage = self._run(text_in, params, run_body)
         source = "preferred sampling params" if self.preferred else "SamplingParams defaults"
@@ -799,6 +836,9 @@ class ServerApp(App):
         except ValueError as error:
             return 400, {"object": "error", "message": str(error), "type": "BadRequest", "code": 400}, JSON
         prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else ""
+        failed = self._receive_kv(body, prompt)
+        if failed:
+            return _transfer_failed(failed)
         body = {"max_tokens": 16, **body}
         text, finish, usage = self._run(prompt, params, body)
         return (
@@ -912,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd = ThreadingHTTPServer((args.host, args.port), handler)
     httpd.daemon_threads = True
     if args.disaggregation_mode == "prefill":
-        _serve_bootstrap(args)
+        _serve_bootstrap(args, app)
     if fault == "never_ready":
         # Lab fault injection: a server that runs but never answers /health with 200 (a model that never loads).
         log.error("lab fault injection: SGLANG_LAB_FAIL_START=never_ready, /health stays 503")
@@ -954,10 +994,14 @@ class BootstrapHandler(BaseHTTPRequestHandler):
     """The prefill's KV bootstrap server, as far as a GPU-less host can go: it listens on
     --disaggregation-bootstrap-port at --host and answers GET /health with "OK" (sglang 0.5.23,
     srt/disaggregation/common/conn.py, CommonKVBootstrapServer._setup_routes and _handle_health_check; started in
-    a thread by the tokenizer manager). /route, /register_dp_rank and /query_dp_ranks exchange KV-transfer
+    a thread by the tokenizer manager). A decode's KV receiver asks GET /route where the prefill's KV sender is:
+    the lab answers with this address (no KV cache moves without GPUs) and counts the request's transfer on the
+    prefill's metrics (sglang:kv_transfer_*, observed on the prefill side as SGLang does), so that a transfer is
+    only counted where a decode really reached the prefill. /register_dp_rank and /query_dp_ranks exchange
     endpoints between GPU processes, which the lab has none of: they answer 501."""
 
     server_version = "Python/3.11 aiohttp/3.14.5"
+    app: Any = None
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         log.debug("bootstrap %s %s", self.address_string(), format % args)
@@ -973,8 +1017,22 @@ class BootstrapHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._reply(200, "OK")
-        elif self.path.startswith("/route"):
-            self._reply(501, "lab stand-in: no KV transfer")
+        elif self.path.startswith("/route?") or self.path == "/route":
+            began = time.monotonic()
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            try:
+                tokens = int((query.get("lab_prompt_tokens") or ["0"])[0])
+            except ValueError:
+                tokens = 0
+            if self.app is not None:
+                self.app.metrics.transferred(tokens, time.monotonic() - began)
+            address, port = self.server.server_address[:2]
+            data = json.dumps({"rank_ip": address, "rank_port": port, "lab": "no KV cache moves in the lab"})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
         else:
             self._reply(404, "404: Not Found")
 
@@ -985,8 +1043,14 @@ class BootstrapHandler(BaseHTTPRequestHandler):
     do_PUT = do_POST  # noqa: N815 - http.server dispatches on this name
 
 
-def _serve_bootstrap(args: argparse.Namespace) -> None:
-    httpd = ThreadingHTTPServer((args.host, args.disaggregation_bootstrap_port), BootstrapHandler)
+def _transfer_failed(why: str) -> Reply:
+    """A request whose KV cache did not arrive: SGLang aborts it (the router passes the error on)."""
+    return 500, {"object": "error", "message": why, "type": "InternalServerError", "code": 500}, JSON
+
+
+def _serve_bootstrap(args: argparse.Namespace, app: Any = None) -> None:
+    handler = type("BoundBootstrapHandler", (BootstrapHandler,), {"app": app})
+    httpd = ThreadingHTTPServer((args.host, args.disaggregation_bootstrap_port), handler)
     httpd.daemon_threads = True
     log.info("CommonKVBootstrapServer started successfully on %s:%s", args.host, args.disaggregation_bootstrap_port)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

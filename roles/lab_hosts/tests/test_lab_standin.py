@@ -541,3 +541,31 @@ def test_the_toy_models_scores_are_computed_once_per_word_and_never_differ_from_
     assert warm == cold and standin._logits.cache_info().hits >= hits + 48 - 1
     # A caller that masks end-of-text changes its own copy, never the cached row.
     assert standin._logits("the")[-1] != -math.inf
+
+
+def test_a_decode_pulls_the_kv_cache_from_the_bootstrap_the_request_names_and_fails_it_when_that_cannot_be_reached(
+    shared_stack,
+):
+    """SGLang's KV receiver asks the prefill's bootstrap server the router names (bootstrap_host, bootstrap_port);
+    the prefill counts the transfer when asked (the real router's requests do so: the metrics test above counts one
+    per chat). A bootstrap that does not answer is a failed transfer: counted on the decode, the request fails."""
+    urls, _procs = shared_stack
+    wait_status(urls["decode"] + "/health", 200)
+    scheduler = 'model_name="dsv4",engine_type="decode",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+    failed = f"sglang:num_transfer_failed_reqs_total{{{scheduler}}}"
+    before = _samples(call(urls["decode"] + "/metrics")[1]).get(failed, 0.0)
+    body = {"model": "dsv4", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+    request = urllib.request.Request(
+        urls["decode"] + "/v1/chat/completions",
+        data=json.dumps(
+            {**body, "bootstrap_host": "127.0.0.1", "bootstrap_port": free_port(), "bootstrap_room": 7}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 500
+    assert "KV transfer from 127.0.0.1:" in json.loads(refused.value.read())["message"]
+    assert _samples(call(urls["decode"] + "/metrics")[1])[failed] == before + 1
+    # Sent to a decode without a bootstrap (not from a PD router), a request is served as before.
+    assert call(urls["decode"] + "/v1/chat/completions", body)[0] == 200
