@@ -3,7 +3,8 @@
     python scripts/make_dashboard.py            # rewrites roles/sglang_monitoring/files/sglang-dsv4-dashboard.json
     python scripts/make_dashboard.py --check    # exit 1 when the committed JSON differs (run by the unit tests)
 
-Every query selects {fleet=~"$fleet", host=~"$host"}; the data source is the template variable ${datasource}.
+Every query selects {fleet=~"$fleet", pool=~"$pool", host=~"$host"}; the data source is the template variable
+${datasource}.
 The lab proves each query returns a series (molecule/monitoring), except those the monitoring guide lists as
 appearing only after an event (failures) or only with NVIDIA's DCGM exporter (GPU row).
 """
@@ -15,11 +16,11 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "roles/sglang_monitoring/files/sglang-dsv4-dashboard.json"
-S = 'fleet=~"$fleet", host=~"$host"'
+S = 'fleet=~"$fleet", pool=~"$pool", host=~"$host"'
 RATE = "$__rate_interval"
 
 
-def quantile(q: str, metric: str, by: str = "host") -> str:
+def quantile(q: str, metric: str, by: str = "pool, host") -> str:
     return f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{{{S}}}[{RATE}])))"
 
 
@@ -34,7 +35,7 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             (
                 "Requests through the router",
                 "reqps",
-                [(f"sum by (host) (rate(smg_router_requests_total{{{S}}}[{RATE}]))", "{{host}}")],
+                [(f"sum by (pool, host) (rate(smg_router_requests_total{{{S}}}[{RATE}]))", "{{pool}} {{host}}")],
             ),
             (
                 # SGLang 0.5.23 applies generation_config.json's defaults to /v1/chat/completions and /v1/responses,
@@ -45,43 +46,49 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 "percentunit",
                 [
                     (
-                        f'(sum by (host) (rate(smg_http_requests_total{{{S}, path=~"{UNCOVERED}"}}[{RATE}]))'
-                        f' or sum by (host) (rate(smg_http_requests_total{{{S}, path=~"{INFERENCE}"}}[{RATE}])) * 0)'
-                        f' / sum by (host) (rate(smg_http_requests_total{{{S}, path=~"{INFERENCE}"}}[{RATE}]))',
-                        "{{host}}",
+                        f'(sum by (pool, host) (rate(smg_http_requests_total{{{S}, path=~"{UNCOVERED}"}}[{RATE}]))'
+                        f" or sum by (pool, host)"
+                        f' (rate(smg_http_requests_total{{{S}, path=~"{INFERENCE}"}}[{RATE}])) * 0)'
+                        f' / sum by (pool, host) (rate(smg_http_requests_total{{{S}, path=~"{INFERENCE}"}}[{RATE}]))',
+                        "{{pool}} {{host}}",
                     )
                 ],
             ),
             (
                 "Requests per server",
                 "reqps",
-                [(f"sum by (host, role) (rate(sglang:num_requests_total{{{S}}}[{RATE}]))", "{{host}} {{role}}")],
+                [
+                    (
+                        f"sum by (pool, host, role) (rate(sglang:num_requests_total{{{S}}}[{RATE}]))",
+                        "{{pool}} {{host}} {{role}}",
+                    )
+                ],
             ),
             (
                 "Time to first token",
                 "s",
                 [
-                    (quantile("0.5", "sglang:time_to_first_token_seconds"), "p50 {{host}}"),
-                    (quantile("0.99", "sglang:time_to_first_token_seconds"), "p99 {{host}}"),
+                    (quantile("0.5", "sglang:time_to_first_token_seconds"), "p50 {{pool}} {{host}}"),
+                    (quantile("0.99", "sglang:time_to_first_token_seconds"), "p99 {{pool}} {{host}}"),
                 ],
             ),
             (
                 "Inter-token latency",
                 "s",
                 [
-                    (quantile("0.5", "sglang:inter_token_latency_seconds"), "p50 {{host}}"),
-                    (quantile("0.99", "sglang:inter_token_latency_seconds"), "p99 {{host}}"),
+                    (quantile("0.5", "sglang:inter_token_latency_seconds"), "p50 {{pool}} {{host}}"),
+                    (quantile("0.99", "sglang:inter_token_latency_seconds"), "p99 {{pool}} {{host}}"),
                 ],
             ),
             (
                 "End-to-end request latency",
                 "s",
-                [(quantile("0.99", "sglang:e2e_request_latency_seconds"), "p99 {{host}}")],
+                [(quantile("0.99", "sglang:e2e_request_latency_seconds"), "p99 {{pool}} {{host}}")],
             ),
             (
                 "Router request duration",
                 "s",
-                [(quantile("0.99", "smg_router_request_duration_seconds"), "p99 {{host}}")],
+                [(quantile("0.99", "smg_router_request_duration_seconds"), "p99 {{pool}} {{host}}")],
             ),
         ],
     ),
@@ -91,58 +98,64 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             (
                 "Generation throughput",
                 "none",
-                [(f"sum by (host, role) (sglang:gen_throughput{{{S}}})", "{{host}} {{role}} tok/s")],
+                [(f"sum by (pool, host, role) (sglang:gen_throughput{{{S}}})", "{{pool}} {{host}} {{role}} tok/s")],
             ),
             (
                 "Tokens per second",
                 "none",
                 [
-                    (f"sum by (host) (rate(sglang:prompt_tokens_total{{{S}}}[{RATE}]))", "prompt {{host}}"),
-                    (f"sum by (host) (rate(sglang:generation_tokens_total{{{S}}}[{RATE}]))", "generated {{host}}"),
+                    (
+                        f"sum by (pool, host) (rate(sglang:prompt_tokens_total{{{S}}}[{RATE}]))",
+                        "prompt {{pool}} {{host}}",
+                    ),
+                    (
+                        f"sum by (pool, host) (rate(sglang:generation_tokens_total{{{S}}}[{RATE}]))",
+                        "generated {{pool}} {{host}}",
+                    ),
                 ],
             ),
-            ("Running requests", "none", [(f"sglang:num_running_reqs{{{S}}}", "{{host}} {{role}}")]),
-            ("Waiting requests", "none", [(f"sglang:num_queue_reqs{{{S}}}", "{{host}} {{role}}")]),
+            ("Running requests", "none", [(f"sglang:num_running_reqs{{{S}}}", "{{pool}} {{host}} {{role}}")]),
+            ("Waiting requests", "none", [(f"sglang:num_queue_reqs{{{S}}}", "{{pool}} {{host}} {{role}}")]),
         ],
     ),
     (
         "KV cache and PD transfer",
         [
-            ("KV cache token usage", "percentunit", [(f"sglang:token_usage{{{S}}}", "{{host}} {{role}}")]),
-            ("Prefix cache hit rate", "percentunit", [(f"sglang:cache_hit_rate{{{S}}}", "{{host}} {{role}}")]),
+            ("KV cache token usage", "percentunit", [(f"sglang:token_usage{{{S}}}", "{{pool}} {{host}} {{role}}")]),
+            ("Prefix cache hit rate", "percentunit", [(f"sglang:cache_hit_rate{{{S}}}", "{{pool}} {{host}} {{role}}")]),
             (
                 "PD queues",
                 "none",
                 [
-                    (f'sglang:num_prefill_bootstrap_queue_reqs{{{S}, role="prefill"}}', "bootstrap {{host}}"),
-                    (f'sglang:num_prefill_inflight_queue_reqs{{{S}, role="prefill"}}', "inflight {{host}}"),
-                    (f'sglang:num_decode_prealloc_queue_reqs{{{S}, role="decode"}}', "prealloc {{host}}"),
-                    (f'sglang:num_decode_transfer_queue_reqs{{{S}, role="decode"}}', "transfer {{host}}"),
+                    (f'sglang:num_prefill_bootstrap_queue_reqs{{{S}, role="prefill"}}', "bootstrap {{pool}} {{host}}"),
+                    (f'sglang:num_prefill_inflight_queue_reqs{{{S}, role="prefill"}}', "inflight {{pool}} {{host}}"),
+                    (f'sglang:num_decode_prealloc_queue_reqs{{{S}, role="decode"}}', "prealloc {{pool}} {{host}}"),
+                    (f'sglang:num_decode_transfer_queue_reqs{{{S}, role="decode"}}', "transfer {{pool}} {{host}}"),
                 ],
             ),
             (
                 "KV transfer latency (prefill side)",
                 "ms",
                 [
-                    (quantile("0.5", "sglang:kv_transfer_latency_ms"), "p50 {{host}}"),
-                    (quantile("0.99", "sglang:kv_transfer_latency_ms"), "p99 {{host}}"),
+                    (quantile("0.5", "sglang:kv_transfer_latency_ms"), "p50 {{pool}} {{host}}"),
+                    (quantile("0.99", "sglang:kv_transfer_latency_ms"), "p99 {{pool}} {{host}}"),
                 ],
             ),
             (
                 "KV transfer speed (prefill side)",
                 "none",
-                [(quantile("0.5", "sglang:kv_transfer_speed_gb_s"), "median GB/s {{host}}")],
+                [(quantile("0.5", "sglang:kv_transfer_speed_gb_s"), "median GB/s {{pool}} {{host}}")],
             ),
             (
                 "KV-transfer and bootstrap failures",
                 "none",
                 [
                     (
-                        f"sum by (host, role) (increase(sglang:num_transfer_failed_reqs_total{{{S}}}[{RATE}]))",
+                        f"sum by (pool, host, role) (increase(sglang:num_transfer_failed_reqs_total{{{S}}}[{RATE}]))",
                         "transfer {{host}} {{role}}",
                     ),
                     (
-                        f"sum by (host, role) (increase(sglang:num_bootstrap_failed_reqs_total{{{S}}}[{RATE}]))",
+                        f"sum by (pool, host, role) (increase(sglang:num_bootstrap_failed_reqs_total{{{S}}}[{RATE}]))",
                         "bootstrap {{host}} {{role}}",
                     ),
                 ],
@@ -169,10 +182,10 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 "percentunit",
                 [
                     (
-                        f'(sum by (host) (rate(smg_http_responses_total{{{S}, status_code=~"5.."}}[{RATE}]))'
-                        f" or sum by (host) (rate(smg_http_responses_total{{{S}}}[{RATE}])) * 0)"
-                        f" / sum by (host) (rate(smg_http_responses_total{{{S}}}[{RATE}]))",
-                        "{{host}}",
+                        f'(sum by (pool, host) (rate(smg_http_responses_total{{{S}, status_code=~"5.."}}[{RATE}]))'
+                        f" or sum by (pool, host) (rate(smg_http_responses_total{{{S}}}[{RATE}])) * 0)"
+                        f" / sum by (pool, host) (rate(smg_http_responses_total{{{S}}}[{RATE}]))",
+                        "{{pool}} {{host}}",
                     )
                 ],
             ),
@@ -195,12 +208,12 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             (
                 "generation_config.json holds the managed defaults",
                 "none",
-                [(f"sglang_dsv4_generation_config_in_sync{{{S}}}", "{{host}}")],
+                [(f"sglang_dsv4_generation_config_in_sync{{{S}}}", "{{pool}} {{host}}")],
             ),
             (
                 "Servers started with the managed defaults",
                 "none",
-                [(f"sglang_dsv4_server_defaults_in_effect{{{S}}}", "{{host}} {{role}}")],
+                [(f"sglang_dsv4_server_defaults_in_effect{{{S}}}", "{{pool}} {{host}} {{role}}")],
             ),
             (
                 "Managed defaults and the file's values",
@@ -213,12 +226,12 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             (
                 "Server uptime",
                 "s",
-                [(f"time() - sglang_dsv4_server_start_time_seconds{{{S}}}", "{{host}} {{role}}")],
+                [(f"time() - sglang_dsv4_server_start_time_seconds{{{S}}}", "{{pool}} {{host}} {{role}}")],
             ),
             (
                 "Restarts in the last hour",
                 "none",
-                [(f"changes(sglang_dsv4_server_start_time_seconds{{{S}}}[1h])", "{{host}} {{role}}")],
+                [(f"changes(sglang_dsv4_server_start_time_seconds{{{S}}}[1h])", "{{pool}} {{host}} {{role}}")],
             ),
             (
                 "Last rollout and last heal",
@@ -322,13 +335,29 @@ def dashboard() -> dict:
                     "includeAll": True,
                     "allValue": ".*",
                 },
+                # xPyD: a PD pool (its prefill, decode and router hosts); a host of its own is a pool named after it.
+                {
+                    "type": "query",
+                    "name": "pool",
+                    "label": "Pool",
+                    "datasource": variable,
+                    "query": {"query": 'label_values(up{job="sglang", fleet=~"$fleet"}, pool)', "refId": "pool"},
+                    "definition": 'label_values(up{job="sglang", fleet=~"$fleet"}, pool)',
+                    "refresh": 2,
+                    "multi": True,
+                    "includeAll": True,
+                    "allValue": ".*",
+                },
                 {
                     "type": "query",
                     "name": "host",
                     "label": "Host",
                     "datasource": variable,
-                    "query": {"query": 'label_values(up{job="sglang", fleet=~"$fleet"}, host)', "refId": "host"},
-                    "definition": 'label_values(up{job="sglang", fleet=~"$fleet"}, host)',
+                    "query": {
+                        "query": 'label_values(up{job=~"sglang|sglang-router", fleet=~"$fleet", pool=~"$pool"}, host)',
+                        "refId": "host",
+                    },
+                    "definition": 'label_values(up{job=~"sglang|sglang-router", fleet=~"$fleet", pool=~"$pool"}, host)',
                     "refresh": 2,
                     "multi": True,
                     "includeAll": True,

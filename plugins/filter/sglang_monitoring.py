@@ -138,30 +138,47 @@ def _scrape_address(listen: str) -> str:
 
 
 def _labels(settings: dict[str, Any], **extra: str) -> dict[str, str]:
-    return {"fleet": settings["fleet"], "host": settings["host"], **extra}
+    # xPyD: the PD pool the host serves in (a host of its own is a pool named after it), so that the dashboard and
+    # the rules group a pool's prefill, decode and router hosts.
+    return {
+        "fleet": settings["fleet"],
+        "pool": settings.get("pool") or settings["host"],
+        "host": settings["host"],
+        **extra,
+    }
+
+
+def _server_target(unit: dict[str, Any]) -> str:
+    """Where a server listens (its /health URL's address: loopback, or a pool server's advertised address)."""
+    url = str(unit.get("health_url") or "")
+    if url.startswith("http://"):
+        return url[len("http://") :].split("/", 1)[0]
+    return _hostport("127.0.0.1", unit["port"])
 
 
 def sglang_prometheus_config(units: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
     """prometheus.yml of a GPU host: its servers, router, node_exporter, itself and (optionally) DCGM."""
     servers = [
-        {"targets": [_hostport("127.0.0.1", unit["port"])], "labels": _labels(settings, role=unit["mode"])}
+        {"targets": [_server_target(unit)], "labels": _labels(settings, role=unit["mode"])}
         for unit in units
         if unit["group"] == "servers"
     ]
-    router = next(unit for unit in units if unit["group"] == "router")
+    # A host of a PD pool across hosts may run servers only, or the pool's router only.
+    router = next((unit for unit in units if unit["group"] == "router"), None)
     client = _client(settings, settings["password_file"])
-    jobs = [
-        {"job_name": "sglang", "static_configs": servers},
-        {
-            "job_name": "sglang-router",
-            "static_configs": [
-                {
-                    "targets": [_hostport(router["metrics_host"], router["metrics_port"])],
-                    "labels": _labels(settings, role="router"),
-                }
-            ],
-        },
-    ]
+    jobs = [{"job_name": "sglang", "static_configs": servers}] if servers else []
+    if router:
+        jobs.append(
+            {
+                "job_name": "sglang-router",
+                "static_configs": [
+                    {
+                        "targets": [_hostport(router["metrics_host"], router["metrics_port"])],
+                        "labels": _labels(settings, role="router"),
+                    }
+                ],
+            }
+        )
     # node_exporter and Prometheus itself, each where it listens (a wildcard on loopback).
     for job, daemon in (("node", "node_exporter"), ("prometheus", "prometheus")):
         target = _hostport(_scrape_address(settings[f"{daemon}_listen_address"]), settings[f"{daemon}_port"])

@@ -201,3 +201,22 @@ def test_committed_dashboard_is_the_generated_one():
         check=False,
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_a_host_of_a_pool_across_hosts_is_scraped_where_its_servers_listen_and_labelled_with_its_pool():
+    prefill_host = [
+        {"group": "servers", "mode": "prefill", "port": 30000, "health_url": "http://198.51.100.11:30000/health"},
+    ]
+    config = mon.sglang_prometheus_config(prefill_host, settings(host="gpu-p1", pool="pd-a"))
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    # No router on this host: no router job (the pool's router host scrapes its own).
+    assert set(jobs) == {"sglang", "node", "prometheus"}
+    (server,) = jobs["sglang"]["static_configs"]
+    assert server["targets"] == ["198.51.100.11:30000"]
+    assert server["labels"] == {"fleet": "prod", "pool": "pd-a", "host": "gpu-p1", "role": "prefill"}
+    assert all(s["labels"]["pool"] == "pd-a" for job in jobs.values() for s in job["static_configs"])
+    router_host = config = mon.sglang_prometheus_config([UNITS[2]], settings(host="router-1", pool="pd-a"))
+    assert {job["job_name"] for job in router_host["scrape_configs"]} == {"sglang-router", "node", "prometheus"}
+    # A host of its own is a pool named after it.
+    alone = mon.sglang_prometheus_config(UNITS, settings())
+    assert all(s["labels"]["pool"] == "gpu-01" for job in alone["scrape_configs"] for s in job["static_configs"])

@@ -85,7 +85,9 @@ def traffic() -> None:
 
 
 def substitute(expr: str, hosts: str) -> str:
-    return expr.replace("$fleet", "lab").replace("$host", hosts).replace("$__rate_interval", "1m")
+    return (
+        expr.replace("$fleet", "lab").replace("$pool", ".*").replace("$host", hosts).replace("$__rate_interval", "1m")
+    )
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
