@@ -4,6 +4,8 @@ pool, the router lists every server of it, and every server runs from what the r
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
 
 import pytest
 
@@ -53,3 +55,35 @@ def test_a_server_host_records_where_its_servers_answer_for_the_capacity_guard(h
     else:
         port = {"prefill": 23011, "decode": 23022}[part]
         assert record["router_url"] is None and record["health_urls"] == [f"http://127.0.0.1:{port}/health"]
+
+
+# Each host's Prometheus (lab: its port block + 5) and the targets it must scrape, all labelled pool="pd-lab".
+PROMETHEUS = {"dsv4-xpyd-1": 23015, "dsv4-xpyd-2": 23025, "dsv4-xpyd-3": 23035}
+SCRAPED = {
+    "dsv4-xpyd-1": {("sglang", "prefill", "127.0.0.1:23011")},
+    "dsv4-xpyd-2": {("sglang", "decode", "127.0.0.1:23022")},
+    "dsv4-xpyd-3": {("sglang-router", "router", "127.0.0.1:23034")},
+}
+
+
+def serving_targets(port: int) -> set[tuple[str, str, str]] | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets", timeout=10) as response:
+        targets = json.loads(response.read())["data"]["activeTargets"]
+    if not all(t["health"] == "up" for t in targets):
+        return None
+    assert all(t["labels"]["pool"] == "pd-lab" for t in targets), targets
+    return {
+        (t["labels"]["job"], t["labels"]["role"], t["labels"]["instance"])
+        for t in targets
+        if t["labels"]["job"] in ("sglang", "sglang-router")
+    }
+
+
+def test_each_hosts_prometheus_scrapes_its_part_of_the_pool_labelled_with_the_pool(host):
+    port, deadline, found = PROMETHEUS[name(host)], time.monotonic() + 90, None
+    while time.monotonic() < deadline:
+        found = serving_targets(port)
+        if found:
+            break
+        time.sleep(2)
+    assert found == SCRAPED[name(host)]
