@@ -305,9 +305,10 @@ def pool_outages(
     batch: list[str], counted: dict[str, Any], down: list[str], allowed_pools: list[Any] | tuple[Any, ...] = ()
 ) -> list[str]:
     """The pools of a batch (its units) the operator did not allow to take the inventory's last capacity: when the
-    batch takes a pool and leaves no unit of the inventory in rotation (the pool's servers all restart at once)."""
+    batch takes a pool in rotation and leaves no unit of the inventory in rotation (the pool's servers all restart at
+    once). A pool out of rotation already (not serving: its first deploy) has no capacity to lose."""
     units = counted["units"]
-    pools = [units.pool(unit) for unit in batch if units.pool(unit)]
+    pools = [units.pool(unit) for unit in batch if units.pool(unit) and unit not in down]
     left = [unit for unit in counted["inventory"] if unit not in batch and unit not in down]
     if not pools or left:
         return []
@@ -318,8 +319,10 @@ def pool_outages(
 def _outage_line(number: int, refused: list[str], counted: dict[str, Any], changing: list[str]) -> str:
     units = counted["units"]
     named = "; ".join(units.name(units.members[pool][0], changing) for pool in refused)
+    down = counted["down"]
+    out = f" (out of rotation: {'; '.join(f'{unit}: {why}' for unit, why in sorted(down.items()))})" if down else ""
     return (
-        f"step {number}: NONE: it would take {named} while nothing else of the inventory is in rotation: a pool's"
+        f"step {number}: NONE: it would take {named} while nothing else of the inventory is in rotation{out}: a pool's"
         " prefills and decodes restart as one, so the pool's whole capacity, here the inventory's last, is out until"
         " they are ready again. Nothing was changed. Allow it by name with"
         f" sglang_rollout_allow_pool_outage={sorted(refused)!r}, or bring other capacity into rotation first"

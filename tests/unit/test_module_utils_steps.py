@@ -428,7 +428,7 @@ def test_a_pool_whose_step_takes_the_inventorys_last_capacity_is_refused_unless_
     assert plan["refused"] == ["pd-a"]
     assert plan["steps"][0]["hosts"] == alone and plan["steps"][0]["stopped"]
     line = next(line for line in plan["lines"] if line.startswith("step 1: NONE"))
-    assert "pool pd-a (p1, p2, d1, r1) while nothing else of the inventory is in rotation" in line
+    assert "pool pd-a (p1, p2, d1, r1) while nothing else of the inventory is in rotation: a pool's" in line
     assert "sglang_rollout_allow_pool_outage=['pd-a']" in line
     step = steps.next_step(1, alone, [], alone, alone, {}, settings)
     assert step["hosts"] == [] and step["refused"] == ["pd-a"]
@@ -437,6 +437,9 @@ def test_a_pool_whose_step_takes_the_inventorys_last_capacity_is_refused_unless_
     assert steps.next_step(1, alone, [], alone, alone, {}, allowed)["hosts"] == alone
     # With another unit in rotation, the pool's outage leaves capacity: no name needed.
     assert steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})["refused"] == []
+    # A pool out of rotation already (its first deploy: nothing serves) has no capacity to lose.
+    fresh = steps.plan(alone, [], alone, {"d1": "its router's /readiness answered nothing"}, settings, {})
+    assert fresh["refused"] == [] and fresh["steps"][0]["hosts"] == alone
     # A host of its own taking the last capacity stays the guard's matter (sglang_rollout_allow_whole_fleet).
     assert steps.plan(["h1"], ["h1"], ["h1"], {}, POOL_SETTINGS, {})["refused"] == []
 
@@ -450,3 +453,14 @@ def test_without_pools_the_steps_are_the_hosts_as_before():
         assert [s["hosts"] for s in plan["steps"]] == [["h1"], ["h2"], ["h3"], ["h4"]]
         assert plan["lines"][0].startswith("rollout: 4 host(s) change in 4 step(s)")
         assert plan["lines"][1].startswith("step 1: h1 (1 of 4)")
+
+
+def test_a_refused_pool_outage_names_what_else_is_out_of_rotation():
+    inventory = ["p1", "p2", "d1", "r1", "h1"]
+    settings = {**POOL_SETTINGS, "max_unavailable": 2}
+    plan = steps.plan(
+        ["p1", "p2", "d1", "r1"], inventory, inventory, {"h1": "its router's /readiness answered 503"}, settings, {}
+    )
+    assert plan["refused"] == ["pd-a"]
+    line = next(line for line in plan["lines"] if line.startswith("step 1: NONE"))
+    assert "in rotation (out of rotation: h1: its router's /readiness answered 503): a pool's" in line
