@@ -76,7 +76,7 @@ options:
   transfers:
     description:
       - xPyD. The prefills of this host's PD pool across hosts (this host runs its router), each C(name) and
-        C(metrics_url): their KV-transfer count (SGLang's C(sglang:kv_transfer_latency_ms), observed on the prefill
+        C(metrics_url). Their KV-transfer count (SGLang's C(sglang:kv_transfer_latency_ms), observed on the prefill
         side) is read before and after the questions, and returned per prefill as C(transfers). With O(judge), the
         pool must have counted at least one transfer for every question the router answered 200 (each crossed from
         a prefill to a decode of the pool); a count that cannot be read fails, never counted as zero.
