@@ -173,23 +173,18 @@ def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
     errors: list[str] = []
     # The sampling defaults: a prefill samples a request's first token, its decode the rest; both with one set.
     sampling = {str(m["host"]): m.get("sampling") for m in members if m.get("sampling") is not None}
-    if sampling:
-        first_host, first_sampling = next(iter(sampling.items()))
-        for other, values in sampling.items():
-            if values != first_sampling:
-                errors.append(
-                    f"the sglang_genconfig_* sampling defaults of {other} ({values}) and of {first_host}"
-                    f" ({first_sampling}) differ: the pool {name!r} pairs any prefill with any decode (a prefill"
-                    " samples a request's first token, its decode the rest), so every host of it has the same defaults"
-                )
+    for other, values, first_host, first_sampling in _differing(sampling):
+        errors.append(
+            f"the sglang_genconfig_* sampling defaults of {other} ({values}) and of {first_host}"
+            f" ({first_sampling}) differ: the pool {name!r} pairs any prefill with any decode (a prefill"
+            " samples a request's first token, its decode the rest), so every host of it has the same defaults"
+        )
     backends = {str(m["host"]): m.get("transfer_backend") or "mooncake" for m in members}
-    first_host, first_backend = next(iter(backends.items()))
-    for other, backend in backends.items():
-        if backend != first_backend:
-            errors.append(
-                f"sglang_services_transfer_backend={backend!r} on {other} and {first_backend!r} on {first_host}: the"
-                f" pool {name!r} moves its KV cache between them, so every host of it uses the same backend"
-            )
+    for other, backend, first_host, first_backend in _differing(backends):
+        errors.append(
+            f"sglang_services_transfer_backend={backend!r} on {other} and {first_backend!r} on {first_host}: the"
+            f" pool {name!r} moves its KV cache between them, so every host of it uses the same backend"
+        )
     servers = [
         (
             f"{m['host']}:{service}",
@@ -211,6 +206,14 @@ def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
                 )
                 break
     return errors
+
+
+def _differing(values: dict[str, Any]) -> list[tuple[str, Any, str, Any]]:
+    """(host, its value, the first host, the first value) for each host whose value differs from the first's."""
+    if not values:
+        return []
+    first_host, first = next(iter(values.items()))
+    return [(host, value, first_host, first) for host, value in values.items() if value != first]
 
 
 def said(value: str | None) -> str:

@@ -468,19 +468,23 @@ def test_the_preferred_params_are_inert_on_the_chat_route(sglang_chat: list[dict
 
 # --- a PD pool across hosts (xPyD): the router's lists, held to both real parsers -------------------------------
 
+# What both routers must read from a 3P1D pool's router line (tests/unit/test_plugin_utils_pools.py's XPYD, and the
+# render of tests/contract/xpyd-render-hosts.yml): every prefill with its bootstrap port, every decode.
+LISTS_3P1D = {
+    "prefill_urls": [
+        ["http://198.51.100.11:30000", 8998],
+        ["http://198.51.100.12:30000", 8998],
+        ["http://198.51.100.12:30002", 8999],
+    ],
+    "decode_urls": ["http://198.51.100.21:30001"],
+}
+
 
 def test_a_pools_router_lists_every_prefill_with_its_bootstrap_port_and_every_decode(ask_sglang, ask_smg) -> None:
     """3P1D (plugin_utils/sglang_pools.py): one --prefill URL BOOTSTRAP_PORT per prefill, one --decode URL per decode,
     as sglang-router 0.3.2 and smg 1.13.0 read them."""
     argv = router_argv(sglang_pool_members(XPYD, "pd-a"))
-    expected = {
-        "prefill_urls": [
-            ["http://198.51.100.11:30000", 8998],
-            ["http://198.51.100.12:30000", 8998],
-            ["http://198.51.100.12:30002", 8999],
-        ],
-        "decode_urls": ["http://198.51.100.21:30001"],
-    }
+    expected = LISTS_3P1D
     for answer in (ask_sglang({"router_argvs": [argv]})["router"], ask_smg({"router_argvs": [argv]})["router"]):
         result = answer["results"][0]
         assert result["ok"], result["error"]
@@ -559,14 +563,7 @@ def test_a_pools_rendered_units_parse_under_the_real_sglang_and_both_routers(
     firsts = answer["server"]["results"][0]["values"]
     for result in answer["server"]["results"][1:]:
         assert {f: result["values"][f] for f in PD_EQUAL_FIELDS} == {f: firsts[f] for f in PD_EQUAL_FIELDS}
-    expected = {
-        "prefill_urls": [
-            ["http://198.51.100.11:30000", 8998],
-            ["http://198.51.100.12:30000", 8998],
-            ["http://198.51.100.12:30002", 8999],
-        ],
-        "decode_urls": ["http://198.51.100.21:30001"],
-    }
+    expected = LISTS_3P1D
     for answered in (answer["router"], ask_smg({"router_argvs": [router]})["router"]):
         result = answered["results"][0]
         assert result["ok"], result["error"]
