@@ -1,6 +1,7 @@
-"""One PD pool across three lab hosts and a host of its own after the side effect (molecule verify): each host runs its
-own part of the pool, the router lists every server of it, every server runs from what the rolled-back pool holds
-(0.7); then, last, the pool's sampling change under load through the balancer loses no request."""
+"""One PD pool across four lab hosts (2P1D and a router host) and a host of its own after the side effect (molecule
+verify): each host runs its own part of the pool, the router lists every server of it, every server runs from what
+the rolled-back pool holds (0.7); then, last, the pool's sampling change under load through the balancer loses no
+request."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from labtools import ROOT, deploy, flat, lab_secret, text
 
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
-PARTS = {"dsv4-xpyd-1": "prefill", "dsv4-xpyd-2": "decode", "dsv4-xpyd-3": "router"}
+PARTS = {"dsv4-xpyd-1": "prefill", "dsv4-xpyd-2": "decode", "dsv4-xpyd-3": "router", "dsv4-xpyd-5": "prefill"}
 # The host of its own: prefill, decode and router on it.
 ALONE = "dsv4-xpyd-4"
 
@@ -42,7 +43,10 @@ def test_the_pools_router_lists_its_prefill_with_the_bootstrap_port_and_its_deco
         for x in host.file("/etc/systemd/system/sglang-dsv4-router.service").content_string.splitlines()
         if x.startswith("ExecStart=")
     )
-    assert "--prefill http://127.0.0.1:23011 23013 --decode http://127.0.0.1:23022 " in line
+    assert (
+        "--prefill http://127.0.0.1:23011 23013 --prefill http://127.0.0.1:23051 23053 --decode http://127.0.0.1:23022 "
+        in line
+    )
     readiness = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:23030/readiness').status)"
     assert host.check_output(f'python3 -c "{readiness}"') == "200"
 
@@ -65,16 +69,17 @@ def test_a_server_host_records_where_its_servers_answer_for_the_capacity_guard(h
     if part == "router":
         assert record["router_url"] == "http://127.0.0.1:23030" and "health_urls" not in record
     else:
-        port = {"prefill": 23011, "decode": 23022}[part]
+        port = {"dsv4-xpyd-1": 23011, "dsv4-xpyd-2": 23022, "dsv4-xpyd-5": 23051}[name(host)]
         assert record["router_url"] is None and record["health_urls"] == [f"http://127.0.0.1:{port}/health"]
 
 
 # Each host's Prometheus (lab: its port block + 5) and the targets it must scrape, all labelled pool="pd-lab".
-PROMETHEUS = {"dsv4-xpyd-1": 23015, "dsv4-xpyd-2": 23025, "dsv4-xpyd-3": 23035, ALONE: 23045}
+PROMETHEUS = {"dsv4-xpyd-1": 23015, "dsv4-xpyd-2": 23025, "dsv4-xpyd-3": 23035, ALONE: 23045, "dsv4-xpyd-5": 23055}
 SCRAPED = {
     "dsv4-xpyd-1": {("sglang", "prefill", "127.0.0.1:23011")},
     "dsv4-xpyd-2": {("sglang", "decode", "127.0.0.1:23022")},
     "dsv4-xpyd-3": {("sglang-router", "router", "127.0.0.1:23034")},
+    "dsv4-xpyd-5": {("sglang", "prefill", "127.0.0.1:23051")},
     ALONE: {
         ("sglang", "prefill", "127.0.0.1:23041"),
         ("sglang", "decode", "127.0.0.1:23042"),
@@ -82,7 +87,13 @@ SCRAPED = {
     },
 }
 # The label every target of a host carries: its pool, or its own name.
-POOL = {"dsv4-xpyd-1": "pd-lab", "dsv4-xpyd-2": "pd-lab", "dsv4-xpyd-3": "pd-lab", ALONE: ALONE}
+POOL = {
+    "dsv4-xpyd-1": "pd-lab",
+    "dsv4-xpyd-2": "pd-lab",
+    "dsv4-xpyd-3": "pd-lab",
+    ALONE: ALONE,
+    "dsv4-xpyd-5": "pd-lab",
+}
 
 
 def serving_targets(port: int, pool: str) -> set[tuple[str, str, str]] | None:
@@ -112,6 +123,7 @@ def test_each_hosts_prometheus_scrapes_its_part_of_the_pool_labelled_with_the_po
 
 BALANCER = 23000
 RATE = 10
+POOL_HOSTS = "dsv4-xpyd-1,dsv4-xpyd-2,dsv4-xpyd-3,dsv4-xpyd-5"
 
 
 def test_the_pools_sampling_change_under_load_through_the_balancer_loses_no_request():
@@ -124,7 +136,7 @@ def test_the_pools_sampling_change_under_load_through_the_balancer_loses_no_requ
     client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(3)
-        run = deploy("--limit", "dsv4-xpyd-1,dsv4-xpyd-2,dsv4-xpyd-3", "-e", '{"sglang_genconfig_temperature": 0.75}')
+        run = deploy("--limit", POOL_HOSTS, "-e", '{"sglang_genconfig_temperature": 0.75}')
         # The pool back in rotation gets traffic again before the load stops.
         time.sleep(3)
     finally:
@@ -133,6 +145,6 @@ def test_the_pools_sampling_change_under_load_through_the_balancer_loses_no_requ
     assert client.returncode == 0, err[-2000:]
     counted = json.loads(out.strip().splitlines()[-1])
     assert run.returncode == 0, text(run)[-3000:]
-    assert "step 1: pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3)" in flat(run)
+    assert "step 1: pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5)" in flat(run)
     assert counted["ok"] >= 3 * RATE, counted
     assert (counted["non_2xx"], counted["truncated"], counted["failed"], counted["lost"]) == (0, 0, 0, 0), counted
