@@ -37,9 +37,11 @@ def _runtime(layout: dict[str, Any], settings: dict[str, Any], program: Callable
         "files": [_file("runtime", layout["secret_launcher"], "0755", program("sglang_with_secret.py"))],
         # The plan reads each release on the host (built, untouched since, room for it) before anything changes.
         # It needs no lock text (the production lock alone is 400 kB): the build takes it from the fact.
+        # Only the parts the host runs (an xPyD pool's router-only host needs no servers' release).
         "releases": [
             {**{k: v for k, v in releases[kind].items() if k != "lock"}, "size_mb": int(sizes[kind])}
             for kind in ("servers", "router")
+            if kind in settings["parts"]
         ],
         # Who may own what the services run from (a release written by another account is drift).
         "checks": {"writers": [settings["user"]]},

@@ -15,6 +15,7 @@ RUNTIME = {
         "router": {"id": "r1", "path": "/opt/r/r1", "python": "/opt/r/r1/bin/python", "lock": "router==1"},
     },
     "release_size_mb": {"servers": "900", "router": 60},
+    "parts": ["servers", "router"],
     "user": "sglang",
 }
 SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": None, "min_p": None, "repetition_penalty": None}
@@ -103,6 +104,15 @@ def test_releases_leave_their_lock_text_and_carry_their_size():
         {"id": "r1", "path": "/opt/r/r1", "python": "/opt/r/r1/bin/python", "size_mb": 60},
     ]
     assert doc["checks"] == {"writers": ["sglang"]}
+
+
+@pytest.mark.parametrize(
+    ("parts", "ids"), [(["servers"], ["s1"]), (["router"], ["r1"]), (["router", "servers"], ["s1", "r1"])]
+)
+def test_a_host_needs_only_the_releases_of_the_parts_it_runs(parts, ids):
+    # An xPyD pool's server-only host builds no router release, its router-only host no servers' release.
+    doc = document(runtime={**RUNTIME, "parts": parts})
+    assert [r["id"] for r in doc["releases"]] == ids
 
 
 @pytest.mark.parametrize(("check_gpus", "gpus"), [(True, 8), (False, 0)])

@@ -35,6 +35,17 @@ def test_each_host_runs_its_own_part_of_the_pool_only(host, unit):
     assert host.file(f"/etc/systemd/system/sglang-dsv4-{unit}.service").exists is own
 
 
+def test_each_host_built_only_the_releases_its_part_runs(host):
+    # A server host builds no router release, the router host no servers' release (minutes of pip and gigabytes).
+    groups = host.check_output(
+        "python3 -c \"import glob, json; print(' '.join(sorted(json.load(open(m))['group']"
+        " for m in glob.glob('/opt/sglang/releases/*/sglang-release.json'))))\""
+    ).split()
+    part = "both" if name(host) == ALONE else PARTS[name(host)]
+    expected = {"both": ["router", "servers"], "router": ["router"]}.get(part, ["servers"])
+    assert groups == expected
+
+
 def test_the_pools_router_lists_its_prefill_with_the_bootstrap_port_and_its_decode(host):
     if PARTS.get(name(host)) != "router":
         pytest.skip("the router host's unit")
