@@ -40,8 +40,8 @@ def _routers(topology: Any) -> list[str]:
 
 
 def pools(hosts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Pool name -> its hosts ({host, pool, advertise_host, topology, and for the checks transfer_backend and
-    server_flags}), in the order given (the inventory's)."""
+    """Pool name -> its hosts ({host, pool, advertise_host, topology, and for the checks sampling, server_release,
+    transfer_backend and server_flags}), in the order given (the inventory's)."""
     found: dict[str, list[dict[str, Any]]] = {}
     for entry in hosts:
         found.setdefault(str(entry.get("pool") or entry["host"]), []).append(entry)
@@ -179,6 +179,18 @@ def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
             f" ({first_sampling}) differ: the pool {name!r} pairs any prefill with any decode (a prefill"
             " samples a request's first token, its decode the rest), so every host of it has the same defaults"
         )
+    # The servers' release: a prefill and a decode of different SGLang releases may not agree on the KV layout.
+    releases = {
+        str(m["host"]): m.get("server_release")
+        for m in members
+        if m.get("server_release") is not None and _servers(m.get("topology"))
+    }
+    for other, value, first_host, first_value in _differing(releases):
+        errors.append(
+            f"the servers of {other} would run {_release(value)} and those of {first_host} {_release(first_value)}:"
+            f" the pool {name!r} pairs any prefill with any decode, so every server host of it runs the same"
+            " servers' release (sglang_runtime_server_lock, sglang_runtime_server_entry)"
+        )
     backends = {str(m["host"]): m.get("transfer_backend") or "mooncake" for m in members}
     for other, backend, first_host, first_backend in _differing(backends):
         errors.append(
@@ -206,6 +218,12 @@ def skew_errors(name: str, members: list[dict[str, Any]]) -> list[str]:
                 )
                 break
     return errors
+
+
+def _release(value: Any) -> str:
+    if not isinstance(value, dict):
+        return repr(value)
+    return f"release {value.get('id')} ({value.get('describe')}; {' '.join(map(str, value.get('entry') or []))})"
 
 
 def _differing(values: dict[str, Any]) -> list[tuple[str, Any, str, Any]]:

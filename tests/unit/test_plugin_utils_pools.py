@@ -182,3 +182,19 @@ def test_every_host_of_a_pool_has_the_same_sampling_defaults():
         " ({'temperature': 0.6, 'top_p': 0.95}) differ: the pool 'pd-a' pairs any prefill with any decode (a prefill"
         " samples a request's first token, its decode the rest), so every host of it has the same defaults"
     ]
+
+
+def test_every_server_host_of_a_pool_runs_the_same_servers_release():
+    release = {"id": "8c1f", "describe": "sglang 0.5.23", "entry": ["-m", "sglang.launch_server"]}
+    same = copy.deepcopy(XPYD)
+    for entry in same:
+        entry["server_release"] = release
+    # The router host runs no server: its servers' release is none of the pool's business.
+    same[3]["server_release"] = {**release, "id": "0000", "describe": "sglang 0.5.22"}
+    assert pools.sglang_pool_errors(same) == []
+    same[2]["server_release"] = {**release, "id": "77aa", "describe": "sglang 0.5.24"}
+    assert pools.sglang_pool_errors(same) == [
+        "the servers of d1 would run release 77aa (sglang 0.5.24; -m sglang.launch_server) and those of p1 release"
+        " 8c1f (sglang 0.5.23; -m sglang.launch_server): the pool 'pd-a' pairs any prefill with any decode, so every"
+        " server host of it runs the same servers' release (sglang_runtime_server_lock, sglang_runtime_server_entry)"
+    ]
