@@ -53,10 +53,12 @@ collection() {
 # lab caches are built once, under a lock), about evenly long. Measured in fresh clones' make test at e846d86
 # (2026-12-06, two runs; seconds): traffic 1776 / 1787, failsafe 1412 / 1448, interrupted 877 / 843, default 852 /
 # 845, monitoring 614 / 648, fleet 570 / 542, releases 334 / 322, drift 159 / 152, ee 113 / 112. The lanes of then
-# (traffic releases ee | failsafe fleet drift | default monitoring interrupted) took about 2225, 2140 and 2340 s:
-# these are about 2225, 2215 and 2265 s. The lab is CPU-bound on 2 cores: a fourth lane made every scenario slower,
-# not the suite shorter (a fresh clone, 2026-12-03: no scenario of four lanes had finished after 55 minutes). Every
-# scenario must be in exactly one lane.
+# (traffic releases ee | failsafe fleet drift | default monitoring interrupted) took about 2225, 2140 and 2340 s;
+# these would take about 2225, 2215 and 2265 s, and took 2705, 2656 and 2857 s in a fresh clone of b03cdb7 on a day
+# the machine ran about 1.3x slower (the last alone for its last 150 s: scenario times move with their neighbours,
+# interrupted 1.46x and fleet 0.91x of the day before). The lab is CPU-bound on 2 cores: a fourth lane made every
+# scenario slower, not the suite shorter (a fresh clone, 2026-12-03: no scenario of four lanes had finished after 55
+# minutes). Every scenario must be in exactly one lane.
 LANES=("traffic releases ee" "failsafe monitoring drift" "default interrupted fleet")
 run_molecule() {
   echo "== molecule"
