@@ -30,17 +30,12 @@ def unit_props(run: Run, name: str) -> dict[str, str]:
     return sglang_systemd.properties(out)
 
 
-def unit_id(name: str) -> str:
-    """The Id systemd gives a service named without its suffix."""
-    return name if name.endswith(".service") else f"{name}.service"
-
-
 def units_props(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
     """Several units' properties in one `systemctl show` (one process per look, however many units wait), each
     block paired with its unit by its Id, never by its place; a unit without a block of its own is asked alone."""
     _unused, out, _unused2 = run(sglang_systemd.show_argv(names, ("Id", *PROPERTIES)))
     found = sglang_systemd.units(out)
-    return {name: found.get(unit_id(name)) or unit_props(run, name) for name in names}
+    return {name: found.get(sglang_systemd.unit_id(name)) or unit_props(run, name) for name in names}
 
 
 def installed(run: Run, name: str) -> bool:
@@ -61,7 +56,7 @@ def busy(run: Run, names: list[str]) -> dict[str, str]:
         return {}
     rc, out, err = run(sglang_systemd.show_argv(names, ("Id", *PROPERTIES)))
     found = sglang_systemd.units(out) if rc == 0 else {}
-    ids = {name: unit_id(name) for name in names}
+    ids = {name: sglang_systemd.unit_id(name) for name in names}
     if not all("ActiveState" in found.get(unit, {}) for unit in ids.values()):
         raise CommandError(
             f"systemctl show {' '.join(names)} did not answer for each unit (rc {rc}: {err.strip()[-200:]}): whether"

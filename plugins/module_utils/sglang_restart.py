@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_ready
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_lock, sglang_ready, sglang_systemd
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_commands import CommandError
 
 
@@ -33,14 +33,10 @@ def orphaned(module: Any, name: str) -> bool:
     return props.get("LoadState") == "not-found" and props.get("ActiveState") not in ("inactive", None, "")
 
 
-def unit_file_name(name: str) -> str:
-    return name if "." in name else f"{name}.service"
-
-
 def unlink_dangling(unit_dir: str, names: list[str]) -> list[str]:
     """Remove the enable links to these units whose unit file is gone, and their own .wants folders left empty: a
     rolled-back first deploy leaves nothing enabled that was not before."""
-    files = {unit_file_name(name) for name in names}
+    files = {sglang_systemd.unit_id(name) for name in names}
     removed = []
     for folder in sorted(glob.glob(os.path.join(glob.escape(unit_dir), "*.wants"))):
         for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) and not os.path.islink(folder) else []:

@@ -9,6 +9,11 @@ Standard library only.
 from __future__ import annotations
 
 
+def unit_id(name: str) -> str:
+    """The Id systemd gives a unit named without its suffix (a service), or the name itself if it has one."""
+    return name if "." in name else f"{name}.service"
+
+
 def show_argv(units: list[str], props: tuple[str, ...] | list[str], timestamp: str = "") -> list[str]:
     """The `systemctl show` command line for these units and properties (timestamps as `timestamp`, e.g. unix)."""
     return [
