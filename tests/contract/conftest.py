@@ -148,17 +148,22 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             f"sglang_runtime_server_lock={ROOT / 'roles/lab_hosts/files/locks/sglang-0.5.23-nodeps.txt'}",
         ],
     }
-    playbook = str(Path(sys.executable).parent / "ansible-playbook")
     for inventory in runs.values():
-        result = subprocess.run(
-            [playbook, *inventory, str(HERE / "render_units.yml"), "-e", f"render_dir={out}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        render(inventory, out)
     return {host: out / host for host in runs}
+
+
+def render(arguments: list[str], out: Path) -> None:
+    """Runs tests/contract/render_units.yml with `arguments` (inventories, limit, extra vars) into `out`."""
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    result = subprocess.run(
+        [playbook, *arguments, str(HERE / "render_units.yml"), "-e", f"render_dir={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
 # An xPyD pool across four hosts (tests/contract/xpyd-render-hosts.yml), rendered in one run as deploy.yml's plan
@@ -170,19 +175,11 @@ POOL_HOSTS = ("xpyd-p1", "xpyd-p2", "xpyd-d1", "xpyd-r1")
 def rendered_pool(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Units and env files rendered by the roles for every host of the pool: {host: folder}."""
     out = tmp_path_factory.mktemp("rendered-pool")
-    playbook = str(Path(sys.executable).parent / "ansible-playbook")
-    result = subprocess.run(
+    render(
         [
-            playbook,
             *["-i", "inventories/production", "-i", str(HERE / "xpyd-render-hosts.yml"), "-l", "xpyd-*"],
             *["-e", f"sglang_runtime_server_lock={ROOT / 'inventories/production/locks/sglang-0.5.23.txt'}"],
-            str(HERE / "render_units.yml"),
-            *["-e", f"render_dir={out}"],
         ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
+        out,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     return {host: out / host for host in POOL_HOSTS}

@@ -100,6 +100,16 @@ SETTINGS = {
     "interval": 60,
     "count": 5,
 }
+# Settings whose estimates wait for nothing: no analysis, no drain, no start time to speak of.
+NO_WAITS = {
+    "analysis": False,
+    "start_timeout": 30,
+    "drain": False,
+    "notice": 0,
+    "initial_delay": 0,
+    "interval": 0,
+    "count": 0,
+}
 
 
 def test_an_estimate_takes_the_slowest_measured_restart_the_drain_and_the_analysis():
@@ -221,17 +231,7 @@ def test_a_guard_that_lets_the_whole_fleet_out_is_refused_unless_allowed_by_name
 def test_the_run_brings_its_own_drained_but_serving_hosts_back_first_and_the_plan_says_so():
     # Guard 1 of 8 (10%), h5 left drained by an earlier run with its services serving: before, no step had room.
     why = {"h5": f"{steps.DRAINED_SERVING}: its router's workers are kept in /run/sglang-dsv4/drain.json"}
-    settings = {
-        "steps": [1, "25%"],
-        "max_unavailable": "10%",
-        "analysis": False,
-        "start_timeout": 30,
-        "drain": False,
-        "notice": 0,
-        "initial_delay": 0,
-        "interval": 0,
-        "count": 0,
-    }
+    settings = {**NO_WAITS, "steps": [1, "25%"], "max_unavailable": "10%"}
     plan = steps.plan(HOSTS, HOSTS, HOSTS, why, settings, {})
     # Then one host at a time, as the guard allows.
     assert [s["hosts"] for s in plan["steps"]] == [["h5"], ["h1"], ["h2"], ["h3"], ["h4"], ["h6"], ["h7"], ["h8"]]
@@ -364,18 +364,7 @@ def test_the_step_report_filter_takes_the_playbooks_arguments():
 
 POOLED = ["p1", "p2", "d1", "r1", "q1", "e1", "s1", "h1", "h2"]
 POOLS = {"p1": "pd-a", "p2": "pd-a", "d1": "pd-a", "r1": "pd-a", "q1": "pd-b", "e1": "pd-b", "s1": "pd-b"}
-POOL_SETTINGS = {
-    "steps": [1, "50%"],
-    "max_unavailable": 1,
-    "analysis": False,
-    "start_timeout": 30,
-    "drain": False,
-    "notice": 0,
-    "initial_delay": 0,
-    "interval": 0,
-    "count": 0,
-    "pools": POOLS,
-}
+POOL_SETTINGS = {**NO_WAITS, "steps": [1, "50%"], "max_unavailable": 1, "pools": POOLS}
 
 
 def test_a_step_takes_a_pool_whole_and_the_steps_and_the_guard_count_it_as_one():

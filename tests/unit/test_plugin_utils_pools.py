@@ -9,7 +9,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_flags import RO
 from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_pools as pools
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import sglang_topology_errors
 
-from tests.unit.test_plugin_utils_units import SETTINGS, TOPOLOGY
+from tests.unit.test_plugin_utils_units import ROUTER_PD, SETTINGS, TOPOLOGY
 
 PREFILL = {"mode": "prefill", "gpu_ids": [0, 1, 2, 3], "numa_node": 0, "port": 30000, "bootstrap_port": 8998}
 PREFILL_2 = {"mode": "prefill", "gpu_ids": [4, 5, 6, 7], "numa_node": 1, "port": 30002, "bootstrap_port": 8999}
@@ -40,15 +40,7 @@ def test_a_host_of_its_own_is_its_own_pool_at_loopback_and_its_router_renders_as
     # Nothing to list: its router lists its own servers at loopback, byte for byte as before pools.
     assert pools.sglang_pool_members(alone, "gpu-01") == []
     assert pools.sglang_pool_errors(alone) == []
-    before = [
-        "--pd-disaggregation",
-        "--prefill",
-        "http://127.0.0.1:30000",
-        "8998",
-        "--decode",
-        "http://127.0.0.1:30001",
-    ]
-    assert router_argv([])[:6] == before
+    assert router_argv([])[:6] == ROUTER_PD
     # A pool named by one host only is a pool of its own too: its topology's checks are the single host's.
     named = [host("gpu-01", TOPOLOGY, pool="pd-z", address="198.51.100.7")]
     assert pools.sglang_pool_members(named, "pd-z") == [] and pools.sglang_pool_errors(named) == []

@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/sglang_services"
 
 DEFAULT = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+# The single host's router: its own prefill (with its bootstrap port) and decode, at loopback.
+ROUTER_PD = ["--pd-disaggregation", "--prefill", "http://127.0.0.1:30000", "8998", "--decode", "http://127.0.0.1:30001"]
+
 TOPOLOGY = DEFAULT["sglang_services_topology"]
 LAYOUT = yaml.safe_load((ROOT / "roles/sglang_common/vars/main.yml").read_text())["_sglang_common_layout"]
 LAYOUT["generation_config"] = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
@@ -103,14 +106,7 @@ def test_unit_specs_split_gpus_and_render_the_pd_flags():
         assert flag in joined
     assert "--disaggregation-bootstrap-port" not in decode["argv"]
     assert "--disaggregation-ib-device" not in decode["argv"]
-    assert router["argv"][3:9] == [
-        "--pd-disaggregation",
-        "--prefill",
-        "http://127.0.0.1:30000",
-        "8998",
-        "--decode",
-        "http://127.0.0.1:30001",
-    ]
+    assert router["argv"][3:9] == ROUTER_PD
     assert (prefill["group"], decode["group"], router["group"]) == ("servers", "servers", "router")
 
 
