@@ -77,8 +77,10 @@ def test_production_keeps_host_key_checking():
             {"sglang_runtime_server_entry": ["/opt/sglang-lab/sglang_lab_standin.py", "server"]},
             'sglang_runtime_server_entry=["/opt/sglang-lab/sglang_lab_standin.py", "server"] is not the release\'s own',
         ),
+        # A release without its compiled files: every start would compile in memory what it imports.
+        ({"sglang_runtime_release_no_compile": True}, "sglang_runtime_release_no_compile=true"),
     ],
-    ids=["kind", "entry"],
+    ids=["kind", "entry", "no_compile"],
 )
 def test_lab_standin_is_refused_against_production_before_any_connection(settings, named):
     out = run("ansible-playbook", "-i", "inventories/production", "deploy.yml", "-e", json.dumps(settings))

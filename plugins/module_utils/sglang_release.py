@@ -85,6 +85,12 @@ def parse_lock(text: str, variable: str = "lock") -> tuple[dict[str, str], list[
     return dict(sorted(pins.items())), errors, sorted(" ".join(line.split()) for _number, line in logical)
 
 
+def release_options(no_deps: bool, no_compile: bool = False) -> dict[str, bool]:
+    """The build options a release is named by. The lab's no_compile is named only where it is set, so that every
+    release built before it existed keeps its name (and is not built again)."""
+    return {"no_deps": bool(no_deps), **({"no_compile": True} if no_compile else {})}
+
+
 def release_id(requirements: list[str], options: dict[str, Any]) -> str:
     """The release's name: the digest of its requirements (order aside) and of its build options."""
     body = "\n".join(sorted(requirements)) + "\n" + json.dumps(options, sort_keys=True)

@@ -49,6 +49,12 @@ options:
     description: LAB ONLY. Install the pinned packages without their dependencies.
     type: bool
     default: false
+  no_compile:
+    description:
+      - LAB ONLY. Install without byte-compiling (C(pip install --no-compile)). The service user cannot write
+        C(__pycache__) into a release, so every start then compiles in memory whatever it imports.
+    type: bool
+    default: false
   index_url:
     description: Package index to install from (pip's own configuration when unset).
     type: str
@@ -107,6 +113,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import 
     installed,
     prunable,
     read_manifest,
+    release_options,
     releases_in,
     unsafe_dir,
 )
@@ -169,6 +176,7 @@ def build(module: AnsibleModule) -> None:
     source = ["--no-index", "--find-links", p["wheelhouse"]] if p["wheelhouse"] else []
     source += ["--index-url", p["index_url"]] if p["index_url"] and not p["wheelhouse"] else []
     deps = ["--no-deps"] if p["no_deps"] else []
+    deps += ["--no-compile"] if p["no_compile"] else []
     # Wheels only: a source distribution would run its setup code as root and fetch its build dependencies
     # without a hash; a lock that names one fails here, naming the package, before anything that runs is touched.
     run(
@@ -202,7 +210,7 @@ def build(module: AnsibleModule) -> None:
         "id": rid,
         "group": p["group"],
         "packages": p["pins"],
-        "options": {"no_deps": p["no_deps"]},
+        "options": release_options(p["no_deps"], p["no_compile"]),
         "built_at": time.time(),
     }
     write_atomic(os.path.join(path, MANIFEST), json.dumps(entry, indent=2, sort_keys=True) + "\n", mode=0o644)
@@ -234,6 +242,7 @@ def main() -> None:
             "pins": {"type": "dict", "default": {}},
             "python": {"type": "path", "default": "/usr/bin/python3"},
             "no_deps": {"type": "bool", "default": False},
+            "no_compile": {"type": "bool", "default": False},
             "index_url": {"type": "str"},
             "wheelhouse": {"type": "path"},
             "timeout": {"type": "int", "default": 1800},

@@ -5,14 +5,17 @@ enables it."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible_collections.dsv4.sglang.plugins.callback import sglang_preload as preload
+from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_private_store import STALE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,15 +149,20 @@ def test_a_change_of_any_source_of_a_payload_is_a_new_key_and_the_old_payloads_g
     before = preload.payload_key()
     (utils / "basic.py").write_text("X = 2\n")
     assert preload.payload_key() != before
-    # A run with the new key removes the payloads of the old ones.
+    # A run with the new key removes the payloads of the old ones once no run has used them for a while; those of a
+    # key another controller beside this one uses stay.
     parent = tmp_path / "tmp"
     parent.mkdir(mode=0o700)
-    old = parent / "dsv4-sglang-payloads-0123"
-    old.mkdir(mode=0o700)
-    (old / PAYLOAD).write_bytes(b"built from other sources")
+    old, beside = parent / "dsv4-sglang-payloads-0123", parent / "dsv4-sglang-payloads-4567"
+    for other in (old, beside):
+        other.mkdir(mode=0o700)
+        (other / PAYLOAD).write_bytes(b"built from other sources")
+    unused = time.time() - STALE_SECONDS - 60
+    os.utime(old, (unused, unused))
     cache = a_run(monkeypatch, parent, "ansible-local-1")
     preload.CallbackModule().v2_playbook_on_start(None)
     assert not old.exists() and list(cache.iterdir()) == []
+    assert (beside / PAYLOAD).read_bytes() == b"built from other sources"
 
 
 def test_payloads_are_never_taken_from_a_folder_or_file_another_account_could_have_planted(tmp_path, monkeypatch):

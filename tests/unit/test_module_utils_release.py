@@ -73,6 +73,14 @@ def test_the_release_id_is_the_digest_of_the_requirements_and_options_alone():
     assert len(rel.release_id(a, {})) == 16
 
 
+def test_the_labs_no_compile_names_a_release_of_its_own_and_leaves_every_other_name_as_it_was():
+    a = rel.parse_lock(f"a==1 {HASH}\n", "v")[2]
+    assert rel.release_options(False) == {"no_deps": False}  # the options every release was named by before
+    assert rel.release_options(True, False) == {"no_deps": True}
+    ids = {rel.release_id(a, rel.release_options(d, c)) for d in (False, True) for c in (False, True)}
+    assert len(ids) == 4
+
+
 def test_describe_names_the_headline_packages():
     assert rel.describe({"sglang": "0.5.23", "torch": "2.14.1"}) == "sglang 0.5.23"
     assert rel.describe({"sglang-router": "0.3.1", "orjson": "3"}) == "sglang-router 0.3.1"
@@ -175,9 +183,11 @@ def test_the_plan_refuses_a_build_without_room(tmp_path):
     assert any("(sglang_runtime_release_size_mb)" in e and "MB free" in e for e in errors), errors
 
 
-def test_a_release_is_built_from_wheels_only_never_a_source_distribution(tmp_path):
+@pytest.mark.parametrize("no_compile", [False, True])
+def test_a_release_is_built_from_wheels_only_never_a_source_distribution(tmp_path, no_compile):
     """A source distribution runs its setup code as root and fetches its build dependencies without a hash: pip is
-    told to take wheels alone, with every hash, whatever the index or wheelhouse offers."""
+    told to take wheels alone, with every hash, whatever the index or wheelhouse offers. It byte-compiles what it
+    installs unless the lab's no_compile says otherwise."""
     from ansible_collections.dsv4.sglang.plugins.modules import sglang_release as module_code
 
     calls = []
@@ -195,6 +205,7 @@ def test_a_release_is_built_from_wheels_only_never_a_source_distribution(tmp_pat
             "pins": {"six": "1.16.0"},
             "python": "/usr/bin/python3",
             "no_deps": True,
+            "no_compile": no_compile,
             "index_url": None,
             "wheelhouse": str(tmp_path / "wheels"),
             "timeout": 60,
@@ -215,3 +226,4 @@ def test_a_release_is_built_from_wheels_only_never_a_source_distribution(tmp_pat
         module_code.build(Module())
     install = calls[-1]
     assert install[install.index("--only-binary") + 1] == ":all:" and "--require-hashes" in install
+    assert ("--no-compile" in install) is no_compile

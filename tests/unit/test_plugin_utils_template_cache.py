@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+import time
 
 import pytest
 from ansible._internal._datatag._tags import TrustedAsTemplate
 from ansible._internal._templating._jinja_bits import AnsibleEnvironment, _TemplateCompileContext
 from ansible.errors import AnsibleTemplateError
 from ansible.template import Templar
+from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_private_store
 from ansible_collections.dsv4.sglang.plugins.plugin_utils import sglang_template_cache as cache
 from jinja2 import pass_environment
 
@@ -136,15 +138,22 @@ def test_a_folder_others_may_write_is_refused_and_nothing_is_installed(tmp_path,
     assert list(shared.iterdir()) == []
 
 
-def test_other_versions_stores_are_removed_and_a_store_past_its_bound_is_emptied(tmp_path, monkeypatch):
+def test_other_versions_stores_are_removed_once_unused_and_a_store_past_its_bound_is_emptied(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "MAX_ENTRIES", 3)
     parent = tmp_path / "tmp"
     parent.mkdir(mode=0o700)
-    (parent / f"{cache.STORE_PREFIX}old").mkdir(mode=0o700)
+    old = parent / f"{cache.STORE_PREFIX}old"
+    old.mkdir(mode=0o700)
+    unused = time.time() - sglang_private_store.STALE_SECONDS - 60
+    os.utime(old, (unused, unused))
+    # Another checkout's or Ansible's store, used a minute ago by a run beside this one: kept.
+    (parent / f"{cache.STORE_PREFIX}beside").mkdir(mode=0o700)
     (parent / "someone-elses").mkdir(mode=0o700)
     with jinja_restored(monkeypatch):
         store = cache.install(parent)
-        assert sorted(p.name for p in parent.iterdir()) == sorted([store.name, "someone-elses"])
+        assert sorted(p.name for p in parent.iterdir()) == sorted(
+            [store.name, f"{cache.STORE_PREFIX}beside", "someone-elses"]
+        )
         for number in range(4):
             render(f"{{{{ {number} }}}}")
         assert len(entries(store)) == 4

@@ -141,6 +141,12 @@ def test_the_converged_host_runs_its_releases_read_only_to_the_service_user(host
     site = host.check_output(f"ls -d {RELEASES}/{now['router']['release']}/lib/python3*/site-packages")
     denied = host.run(f"runuser -u sglang -- touch {site}/sglang_router/planted.py")
     assert denied.rc != 0 and "Permission denied" in denied.stderr
+    # Built as production builds (this scenario's host_vars): byte-compiled, and the compiled files as read-only.
+    servers = host.check_output(f"ls -d {RELEASES}/{now['prefill']['release']}/lib/python3*/site-packages")
+    compiled = host.check_output(f"find {servers}/sglang -name '*.pyc' | wc -l")
+    assert int(compiled) > 100, compiled
+    denied = host.run(f"runuser -u sglang -- touch {servers}/sglang/__pycache__/planted.pyc")
+    assert denied.rc != 0 and "Permission denied" in denied.stderr
     assert host.check_output(f"stat -c '%U %a' {RELEASES}") == "root 755"
 
 
