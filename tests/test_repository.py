@@ -78,7 +78,7 @@ def test_production_keeps_host_key_checking():
             'sglang_runtime_server_entry=["/opt/sglang-lab/sglang_lab_standin.py", "server"] is not the release\'s own',
         ),
         # A release without its compiled files: every start would compile in memory what it imports.
-        ({"sglang_runtime_release_no_compile": True}, "sglang_runtime_release_no_compile=true"),
+        ({"sglang_runtime_release_no_compile": ["router"]}, 'sglang_runtime_release_no_compile=["router"]'),
     ],
     ids=["kind", "entry", "no_compile"],
 )

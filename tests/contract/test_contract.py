@@ -494,7 +494,9 @@ def test_a_pools_router_lists_every_prefill_with_its_bootstrap_port_and_every_de
 # --- the single-host shape, byte for byte as before pools -------------------------------------------------------
 
 # The units and env files of the production host and of a lab host as the collection rendered them before pools
-# across hosts existed (main at 76bd000): the single-host shape must not move by a byte.
+# across hosts existed (main at 76bd000): the single-host shape must not move by a byte. One edit since, of the lab
+# host's alone: its servers' release id (a0f5e028ce38e515 to d625cbf257d73755), which names the lab's
+# sglang_runtime_release_no_compile: [servers] (its lab settings, not the shape).
 SINGLE_HOST = HERE / "single_host"
 
 

@@ -111,6 +111,22 @@ def test_router_is_the_real_sglang_router_in_front_of_prefill_and_decode(host):
     assert props["StopPropagatedFrom"] == "sglang-dsv4.target"
 
 
+def test_the_lab_builds_the_servers_release_uncompiled_and_the_routers_compiled(host):
+    """sglang_runtime_release_no_compile: [servers] (the lab's settings): the stand-in imports nothing from its
+    release; the router imports its package at every start, from compiled files as in production."""
+    found = {}
+    for unit in ("prefill", "router"):
+        exec_start = host.service(f"sglang-dsv4-{unit}").systemd_properties["ExecStart"]
+        release = re.search(r"argv\[\]=/opt/sglang/releases/([0-9a-f]{16})/bin/python ", exec_start).group(1)
+        manifest = json.loads(host.file(f"/opt/sglang/releases/{release}/sglang-release.json").content_string)
+        package = "sglang" if unit == "prefill" else "sglang_router"
+        compiled = host.check_output(
+            f"find /opt/sglang/releases/{release}/lib/python3*/site-packages/{package} -name '*.pyc' | wc -l"
+        )
+        found[unit] = (manifest["options"].get("no_compile", False), int(compiled) > 0)
+    assert found == {"prefill": (True, False), "router": (False, True)}, found
+
+
 def test_target_groups_the_services(host):
     target = host.service("sglang-dsv4.target")
     assert target.is_enabled
