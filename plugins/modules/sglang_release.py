@@ -175,13 +175,14 @@ def build(module: AnsibleModule) -> None:
     pip = [os.path.join(path, "bin", "python"), "-m", "pip", "--disable-pip-version-check", "--no-input"]
     source = ["--no-index", "--find-links", p["wheelhouse"]] if p["wheelhouse"] else []
     source += ["--index-url", p["index_url"]] if p["index_url"] and not p["wheelhouse"] else []
-    deps = ["--no-deps"] if p["no_deps"] else []
-    deps += ["--no-compile"] if p["no_compile"] else []
+    # The lab's build options (LAB ONLY, refused in production).
+    lab = ["--no-deps"] if p["no_deps"] else []
+    lab += ["--no-compile"] if p["no_compile"] else []
     # Wheels only: a source distribution would run its setup code as root and fetch its build dependencies
     # without a hash; a lock that names one fails here, naming the package, before anything that runs is touched.
     run(
         module,
-        [*pip, "install", "--require-hashes", "--only-binary", ":all:", *deps, *source, "-r", os.path.join(path, LOCK)],
+        [*pip, "install", "--require-hashes", "--only-binary", ":all:", *lab, *source, "-r", os.path.join(path, LOCK)],
         deadline,
         "pip install",
         path,
