@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,28 +42,53 @@ def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None)
     A run still going after `timeout` seconds is killed, with its workers, and fails the test with what it printed
     (where it hung), not only with its command line.
     """
+    return finish(start(name, *args, env=env), timeout=timeout)
+
+
+def start(name: str, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """A playbook run started in the background (finish() waits for it). What it prints goes to files, never to a
+    pipe no one reads while the test does something else (a full pipe would stop the run where it writes)."""
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), name, *args]
     mark = f"{os.getpid()}.{next(RUNS)}"
-    with subprocess.Popen(
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    run = subprocess.Popen(
         argv,
         cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out,
+        stderr=err,
         text=True,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(env or {}), RUN_MARK: mark},
         # Its own process group: a lab fault that kills the controller kills this run only.
         start_new_session=True,
-    ) as run:
-        try:
-            out, err = run.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(run.pid, signal.SIGKILL)
-            for pid in left_running(mark):
-                os.kill(pid, signal.SIGKILL)
-            out, err = run.communicate()
-            raise AssertionError(
-                f"{' '.join(argv[2:])} still ran after {timeout} s; what it printed last:\n{out[-6000:]}{err[-2000:]}"
-            ) from None
+    )
+    run.lab = (mark, out, err)
+    return run
+
+
+def printed(run: subprocess.Popen) -> tuple[str, str]:
+    """What a run started by start() printed so far (stdout, stderr)."""
+    _mark, *files = run.lab
+    said = []
+    for file in files:
+        file.seek(0)
+        said.append(file.read())
+    return said[0], said[1]
+
+
+def finish(run: subprocess.Popen, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Wait for a run started by start(); one still going after `timeout` seconds is killed, with its workers."""
+    mark = run.lab[0]
+    try:
+        run.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        for pid in left_running(mark):
+            os.kill(pid, signal.SIGKILL)
+        run.wait()
+        out, err = printed(run)
+        raise AssertionError(
+            f"{' '.join(run.args[2:])} still ran after {timeout} s; what it printed last:\n{out[-6000:]}{err[-2000:]}"
+        ) from None
     # A worker killed with its controller may take a moment to go.
     deadline = time.monotonic() + 10
     left = left_running(mark)
@@ -71,8 +97,12 @@ def playbook(name: str, *args: str, timeout: int = 900, env: dict | None = None)
         left = left_running(mark)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    assert not left, f"{' '.join(argv[2:])} ended (rc {run.returncode}) but left controller processes running: {left}"
-    return subprocess.CompletedProcess(argv, run.returncode, out, err)
+    command = " ".join(run.args[2:])
+    assert not left, f"{command} ended (rc {run.returncode}) but left controller processes running: {left}"
+    out, err = printed(run)
+    for file in run.lab[1:]:
+        file.close()
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
 
 
 def left_running(mark: str) -> list[int]:
@@ -91,6 +121,46 @@ def left_running(mark: str) -> list[int]:
 
 def deploy(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return playbook("deploy.yml", *args, **kwargs)
+
+
+# The lab fault injector (molecule/shared/fault_plugins/lab_fault.py), enabled in a run's environment.
+FAULTS = {
+    "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
+    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
+    "ANSIBLE_NOCOLOR": "1",
+}
+
+
+class Hold:
+    """LAB: a run held at a named point until the test lets it go (the injector's hold action), so that what each of
+    two runs sees is decided by the test, on a busy machine as on an idle one.
+
+    `where` is TASK (the controller stops as the task starts) or TASK>POINT (each host's call stops at its point,
+    inside the host-side call); `env` goes into the held run's environment; `reached()` waits until it got there
+    (for TASK>POINT, on `hosts` hosts) while the run still runs; `release()` lets it go on.
+    """
+
+    def __init__(self, folder: Path, where: str, seconds: int = 900) -> None:
+        self.gate = Path(folder)
+        self.gate.mkdir(parents=True, exist_ok=True)
+        self.where = where
+        self.env = {**FAULTS, "DSV4_LAB_FAULT": f"hold:{where}@{seconds}", "DSV4_LAB_FAULT_GATE": str(self.gate)}
+
+    def arrivals(self) -> list[str]:
+        reached = self.gate / "reached"
+        return reached.read_text().split("\n")[:-1] if reached.exists() else []
+
+    def reached(self, run: subprocess.Popen, hosts: int = 1, seconds: float = 600) -> list[str]:
+        """Wait until the held run got to its point (on `hosts` hosts); fails if the run ended first."""
+        deadline = time.monotonic() + seconds
+        while len(self.arrivals()) < hosts:
+            assert run.poll() is None, f"the run ended (rc {run.returncode}) before it reached {self.where}"
+            assert time.monotonic() < deadline, f"the run did not reach {self.where} within {seconds} s"
+            time.sleep(0.2)
+        return self.arrivals()
+
+    def release(self) -> None:
+        (self.gate / "release").touch()
 
 
 def lab_secret(name: str) -> str:

@@ -98,6 +98,63 @@ def test_a_pause_at_a_point_tells_the_injector_it_got_there_then_goes_on(host):
     listener.close()
 
 
+def injector(answer: bytes | None):
+    """A loopback listener standing in for the lab injector: it records the host a held call names, then answers
+    `answer` (None: it closes the connection, as a controller that died)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    named = []
+
+    def serve() -> None:
+        connection, _address = listener.accept()
+        with connection:
+            named.append(connection.makefile("r").readline().strip())
+            if answer is not None:
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, named
+
+
+@pytest.mark.parametrize("answer", [sglang_lab_fault.RELEASE, None], ids=["released", "controller-gone"])
+def test_a_hold_waits_at_its_point_naming_its_host_until_released_or_the_controller_is_gone(host, answer):
+    listener, named = injector(answer)
+    fault = {
+        "point": "after_lock",
+        "action": "hold",
+        "seconds": 30,
+        "notify": f"127.0.0.1:{listener.getsockname()[1]}",
+    }
+    result = done(host["params"] | {"lab_fault": fault})
+    assert result["locked"] is True and host["reads"] and named == [socket.gethostname()]
+    listener.close()
+
+
+def test_a_hold_never_released_fails_in_bounded_time_holding_the_lock(host):
+    # The call's connection is queued by the kernel and never answered: nothing accepts or closes it.
+    silent = socket.create_server(("127.0.0.1", 0))
+    fault = {
+        "point": "after_lock",
+        "action": "hold",
+        "seconds": 0.5,
+        "label": "Open>after_lock",
+        "notify": f"127.0.0.1:{silent.getsockname()[1]}",
+    }
+    result = failed(host["params"] | {"lab_fault": fault})
+    assert result == {"locked": True, "msg": "lab fault hold at Open>after_lock: not released within 0.5 s"}
+    assert host["reads"] == []
+    silent.close()
+
+
+def test_a_hold_whose_injector_cannot_be_told_fails_at_once(host):
+    gone = socket.create_server(("127.0.0.1", 0))
+    port = gone.getsockname()[1]
+    gone.close()
+    fault = {"point": "after_snapshot", "action": "hold", "seconds": 30, "notify": f"127.0.0.1:{port}"}
+    result = failed(host["params"] | {"lab_fault": fault})
+    assert result["locked"] is True and result["msg"].startswith("lab fault hold at after_snapshot: the injector at")
+    assert "could not be told" in result["msg"] and host["reads"] == []
+
+
 def test_the_fault_hook_is_refused_on_a_host_that_is_not_a_lab_host_before_the_lock(host):
     host["marker"].unlink()
     result = failed(host["params"] | {"lab_fault": {"point": "after_lock", "action": "fail"}})

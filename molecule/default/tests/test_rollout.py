@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from labtools import Hold, finish, host_state, start
 
 from conftest import GENCONFIG, ROOT, deploy, inventory, lab_secret, recap, text
 
@@ -25,12 +26,8 @@ SERVERS = ("prefill", "decode")
 TEMPERATURE = '{{"sglang_genconfig_temperature": {}}}'
 # The services role's first write: it starts after the sampling defaults' call, whether or not it has files to write.
 SERVICES_WRITE = "Write the credentials, the settings (env files) and the health gate"
-# The lab fault injector (molecule/shared/fault_plugins), for a run held at a named task.
-FAULTS = {
-    "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
-    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
-    "ANSIBLE_NOCOLOR": "1",
-}
+# The apply's first host-side call (module sglang_rollout_open): the lock, the snapshot, the read under the lock.
+OPEN = "Take the lock, snapshot what this run may change and read the host again, in one call"
 
 
 def logged(host, unit: str) -> str:
@@ -156,33 +153,16 @@ def test_a_change_left_by_a_killed_run_is_repaired_by_the_next_run(host):
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
 
 
-def deploy_in_background(*args: str, **popen: object) -> subprocess.Popen:
-    argv = [str(BIN / "ansible-playbook"), "-i", inventory(), "deploy.yml", *args]
-    return subprocess.Popen(argv, cwd=ROOT, text=True, **popen)
-
-
-def wait_until(seen, run: subprocess.Popen, what: str) -> None:
-    """Poll the host until seen() holds, while the background run is still going."""
-    deadline = time.monotonic() + 180
-    while not seen():
-        assert time.monotonic() < deadline and run.poll() is None, f"the run never {what}"
-        time.sleep(0.2)
-
-
-def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repaired(host):
-    # Held at the services role's first write, right after the file's (the lab fault injector pauses the controller
-    # there), so the Ctrl-C lands after the change and before the run could end, however slowly the host is polled.
-    run = deploy_in_background(
-        "-e",
-        TEMPERATURE.format(0.7),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, **FAULTS, "DSV4_LAB_FAULT": f"pause:{SERVICES_WRITE}@300"},
-    )
-    wait_until(lambda: '"temperature": 0.7' in host.file(GENCONFIG).content_string, run, "changed the file")
+def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repaired(host, tmp_path):
+    # Held at the services role's first write, right after the file's (the lab fault injector holds the controller
+    # there until released, which this test never does), so the Ctrl-C lands after the change and before the run
+    # could end, however slowly the machine runs.
+    hold = Hold(tmp_path, SERVICES_WRITE)
+    run = start("deploy.yml", "-e", TEMPERATURE.format(0.7), env=hold.env)
+    hold.reached(run)
+    assert '"temperature": 0.7' in host.file(GENCONFIG).content_string
     os.killpg(run.pid, signal.SIGINT)
-    run.wait(timeout=60)
+    finish(run, timeout=120)
     assert host.file(LOCK).exists
     run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
     blocked = deploy("-e", TEMPERATURE.format(0.7))
@@ -205,17 +185,76 @@ def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repair
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
 
 
-def test_two_runs_at_once_the_second_fails_and_changes_nothing(host):
-    first = deploy_in_background("-e", TEMPERATURE.format(0.7), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    wait_until(lambda: host.file(f"{LOCK}/owner.json").exists, first, "took the lock")
-    second = deploy("-e", TEMPERATURE.format(0.8))
-    first_out, _unused = first.communicate(timeout=600)
+def unchanged(before: dict, after: dict) -> None:
+    """Files byte for byte, and every service the same process of the same invocation."""
+    assert after["files"] == before["files"]
+    assert {u: (e["pid"], e["invocation"]) for u, e in after["units"].items()} == {
+        u: (e["pid"], e["invocation"]) for u, e in before["units"].items()
+    }
+
+
+def test_two_runs_at_once_the_second_fails_in_its_plan_and_changes_nothing(host, tmp_path):
+    """The first run is held inside its open, right after it took the lock, until the second has ended: the second's
+    plan finds the lock live and stops there, naming the holder; then the first goes on and completes."""
+    hold = Hold(tmp_path, f"{OPEN}>after_lock")
+    first = start("deploy.yml", "-e", TEMPERATURE.format(0.7), env=hold.env)
+    try:
+        hold.reached(first)
+        holder = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
+        before = host_state(host)
+        second = deploy("-e", TEMPERATURE.format(0.8))
+        after = host_state(host)
+    finally:
+        hold.release()
+        first_done = finish(first, timeout=600)
     assert second.returncode != 0
-    assert "held by" in text(second) and "Nothing was changed" in text(second)
-    assert "Take the rollout lock" not in second.stdout and "Put this run's snapshot back" not in second.stdout
-    assert first.returncode == 0, first_out[-3000:]
+    said = " ".join(text(second).split())
+    assert f"(run {holder})" in said and "held by" in said and "Nothing was changed" in said, said[-3000:]
+    assert "Take the rollout lock" not in second.stdout and OPEN not in second.stdout
+    unchanged(before, after)
+    assert first_done.returncode == 0, text(first_done)[-3000:]
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
     assert '"temperature": 0.7' in host.file(GENCONFIG).content_string
+
+
+def test_a_run_whose_open_finds_the_lock_taken_after_its_plan_fails_and_changes_nothing(host, tmp_path):
+    """The other order: the late run's plan finds no lock, and it is held at the start of its open; meanwhile
+    another run takes the lock (held right after it). Released, the late run's open is refused: the run fails,
+    names the holder, changes nothing on the host and does not say that any host changed; the other run then
+    completes."""
+    late = Hold(tmp_path / "late", OPEN)
+    late_run = start("deploy.yml", "-e", TEMPERATURE.format(0.8), env=late.env)
+    early = Hold(tmp_path / "early", f"{OPEN}>after_lock")
+    early_run = None
+    try:
+        late.reached(late_run)
+        assert not host.file(LOCK).exists
+        early_run = start("deploy.yml", "-e", TEMPERATURE.format(0.7), env=early.env)
+        early.reached(early_run)
+        holder = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
+        before = host_state(host)
+        late.release()
+        refused = finish(late_run, timeout=600)
+        after = host_state(host)
+        still = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
+    finally:
+        late.release()
+        early.release()
+        if late_run.returncode is None:
+            finish(late_run, timeout=600)
+        early_done = finish(early_run, timeout=600) if early_run else None
+    said = " ".join(text(refused).split())
+    assert refused.returncode != 0, said[-3000:]
+    assert "apply to 1 of 1 host(s): dsv4-mol-1" in said
+    assert f"(run {holder})" in said and "held by" in said and "nothing was changed" in said, said[-3000:]
+    unchanged(before, after)
+    assert still == holder
+    # Its last line is the recap: nothing changed, the host failed; no line of the run says a host changed.
+    last = refused.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"dsv4-mol-1 +: ok=\d+ +changed=0 +unreachable=0 +failed=1 .*", last.strip()), last
+    assert not re.search(r"every host changed|rollout: [1-9]\d* changed", said), said[-3000:]
+    assert early_done.returncode == 0, text(early_done)[-3000:]
+    assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
 
 
 def test_a_stale_lock_is_reported_with_holder_age_and_how_to_clear_it(host):
