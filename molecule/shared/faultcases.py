@@ -9,15 +9,12 @@ inventory's state is restored at the end of the module).
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from labtools import ROOT, deploy, host_state, inventory, recap, runs_from_disk, text
+from labtools import FAULTS, deploy, host_state, recap, runs_from_disk, text
 
 LOCK = "/run/sglang-dsv4-deploy"
 # The workers a drain took out of the router, until they are back (the host is out of rotation while it exists).
@@ -25,10 +22,6 @@ DRAIN = "/run/sglang-dsv4/drain.json"
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 GENCONFIG = f"{MODEL}/generation_config.json"
 LAB_ENV = {"SGLANG_LAB_STARTUP_SECONDS": "1", "SGLANG_LAB_DRAIN_POLL_SECONDS": "1", "SGLANG_LAB_FAIL_START": "0"}
-FAULTS = {
-    "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "molecule/shared/fault_plugins"),
-    "ANSIBLE_CALLBACKS_ENABLED": "lab_fault,dsv4.sglang.sglang_preload",
-}
 OPEN = "Take the lock, snapshot what this run may change and read the host again, in one call"
 # The restart's one call (module sglang_host_restart: decide, drain, restart, undrain), and the points inside it.
 RESTART = (
@@ -147,14 +140,6 @@ def cases():
     return lambda: next(counter)
 
 
-def deploy_argv() -> list[str]:
-    return [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory(), "deploy.yml"]
-
-
-def fault_env(fault: str) -> dict:
-    return {**os.environ, "ANSIBLE_NOCOLOR": "1", **FAULTS, "DSV4_LAB_FAULT": fault}
-
-
 def in_rotation(host, router: str) -> bool:
     """The router answers /readiness 200 (it has its workers) and no drain is pending on the host."""
     probe = (
@@ -169,3 +154,23 @@ def in_rotation(host, router: str) -> bool:
 def guard_said(host) -> str:
     """What the host's guard said last (its transient service's journal)."""
     return host.run("journalctl -u sglang-dsv4-undrain-guard --no-pager -o cat | tail -n 3").stdout
+
+
+def host_clock(host) -> int:
+    """The host's clock, in whole seconds, rounded up: a guard's look logged after it is a look that began after."""
+    return int(float(host.check_output("date +%s.%N"))) + 1
+
+
+def guard_looked(host, since: int, seconds: float = 150) -> str:
+    """What the host's guard said at its first look since `since` (host_clock()): waited for, never assumed to have
+    happened within a sleep (it looks every 30 s from the drain, later on a loaded machine). Only the guard's own
+    words (its service's output), not systemd's lines about the unit."""
+    deadline = time.monotonic() + seconds
+    while True:
+        said = host.run(
+            f"journalctl _SYSTEMD_UNIT=sglang-dsv4-undrain-guard.service --since @{since} --no-pager -o cat"
+        ).stdout.strip()
+        if said:
+            return said.splitlines()[0]
+        assert time.monotonic() < deadline, f"the host's guard did not look within {seconds} s: {guard_said(host)}"
+        time.sleep(1)

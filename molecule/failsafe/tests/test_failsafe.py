@@ -11,11 +11,11 @@ the shared helpers in molecule/shared/faultcases.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import subprocess
 import threading
-import time
+import urllib.request
 
 import pytest
 from faultcases import (
@@ -28,17 +28,17 @@ from faultcases import (
     STEPS,
     change,
     converges,
-    deploy_argv,
-    fault_env,
+    guard_looked,
     guard_said,
+    host_clock,
     in_rotation,
     pids,
     run,
     temperatures,
 )
-from labtools import CHAT, ask, leaked
+from labtools import CHAT, Hold, ask, finish, leaked, start
 
-from conftest import ROOT, deploy, flat, host_state, lab_secret, runs_from_disk, text
+from conftest import deploy, flat, host_state, lab_secret, runs_from_disk, text
 
 HOST = "dsv4-fs-1"
 ROUTER = "http://127.0.0.1:26010"
@@ -298,20 +298,26 @@ def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_invent
     assert runs_from_disk(host_state(host)) == []
 
 
-def long_stream() -> threading.Thread:
+def long_stream() -> threading.Event:
     """A 400-token streaming request through the router, from the controller, in the background: greedy, so that the
-    stand-in never ends it early (its end-of-text never wins outright)."""
+    stand-in never ends it early (its end-of-text never wins outright). The event is set once its first chunk has
+    arrived: the request is in flight at the router."""
     body = {**CHAT, "max_tokens": 400, "stream": True, "temperature": 0}
-    client = threading.Thread(
-        target=ask,
-        args=(f"{ROUTER}/v1/chat/completions", lab_secret("sglang_services_api_key"), body, 120),
-        daemon=True,
-    )
-    client.start()
-    return client
+    headers = {"Authorization": f"Bearer {lab_secret('sglang_services_api_key')}", "Content-Type": "application/json"}
+    request = urllib.request.Request(f"{ROUTER}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
+    in_flight = threading.Event()
+
+    def stream() -> None:
+        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=120) as answer:
+            answer.readline()
+            in_flight.set()
+            answer.read()
+
+    threading.Thread(target=stream, daemon=True).start()
+    return in_flight
 
 
-def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotation(host, cases):
+def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotation(host, cases, tmp_path):
     """The change fails its verification; the rollback's drain finds a long request in flight and times out
     (sglang_services_drain_on_timeout=stop). The run ends naming the host as OUT OF ROTATION and why; the host's
     guard never puts the rejected settings back; the next plain run converges it and puts it back into rotation."""
@@ -323,26 +329,19 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
         "sglang_services_drain_timeout": 3,
         "sglang_verify_expected_sampling": {"temperature": 0.8, "top_p": 0.95},
     }
-    rollout = subprocess.Popen(
-        [*deploy_argv(), "-e", json.dumps(settings)],
-        cwd=ROOT,
-        # The rollback's drain (the second drain of the run) waits 10 s before it begins: a long request starts then.
-        env=fault_env(f"pause:{BEFORE_DRAIN}#2@10"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines = []
-    for line in rollout.stdout:
-        lines.append(line)
-        if "LAB FAULT: pause" in line:
-            break
-    assert rollout.poll() is None, "".join(lines)[-3000:]
-    long_stream()
-    output = "".join(lines) + rollout.communicate(timeout=900)[0]
-    assert rollout.returncode != 0
-    message = flat_text(output)
+    # The rollback's restart call (the second of the run) is held right before its drain until a long request is
+    # in flight: the drain finds it there, however slowly the machine runs.
+    hold = Hold(tmp_path, f"{BEFORE_DRAIN}#2")
+    rollout = start("deploy.yml", "-e", json.dumps(settings), env=hold.env)
+    try:
+        hold.reached(rollout, seconds=900)
+        assert long_stream().wait(60), "the long request never started streaming"
+    finally:
+        hold.release()
+        out = finish(rollout, timeout=900)
+    ended = host_clock(host)
+    assert out.returncode != 0
+    message = flat(out)
     assert f"ROLLBACK FAILED on {HOST}" in message, message[-3000:]
     assert "did not drain within sglang_services_drain_timeout=3 s" in message
     # Asked of the router and the drain's state, not read from a file's absence.
@@ -350,10 +349,11 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
         rf"The host is OUT OF ROTATION: drained[^:]*: its router.s workers are kept in {re.escape(DRAIN)}", message
     )
     assert host.file(DRAIN).exists and not in_rotation(host, ROUTER)
-    # No run holds the host any more, but its services run the settings the run rejected: the guard keeps it out.
-    time.sleep(45)
+    # No run holds the host any more, but its services run the settings the run rejected: the guard's next look
+    # keeps it out.
+    said = guard_looked(host, ended)
+    assert "does not run from the files on disk" in said, said
     assert host.file(DRAIN).exists, guard_said(host)
-    assert "does not run from the files on disk" in guard_said(host)
     out = deploy()
     assert out.returncode == 0, text(out)[-3000:]
     assert runs_from_disk(host_state(host)) == [] and in_rotation(host, ROUTER)

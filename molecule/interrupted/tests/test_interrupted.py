@@ -11,7 +11,6 @@ nothing. The shared helpers are in molecule/shared/faultcases.py.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
@@ -26,18 +25,18 @@ from faultcases import (
     break_args,
     change,
     converges,
-    deploy_argv,
-    fault_env,
+    guard_looked,
     guard_said,
+    host_clock,
     in_rotation,
     pids,
     run,
     settled,
     temperatures,
 )
-from labtools import runs_from_disk
+from labtools import Hold, finish, runs_from_disk, start
 
-from conftest import ROOT, host_state, text
+from conftest import host_state, text
 
 HOST = "dsv4-int-1"
 ROUTER = "http://127.0.0.1:27010"
@@ -102,28 +101,21 @@ def test_an_unreadable_lock_is_reported_in_bounded_time_and_cleared_only_by_a_li
     converges(host, change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
 
 
-def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, cases):
+def test_a_run_whose_live_lease_was_broken_stops_and_touches_nothing_more(host, cases, tmp_path):
     evicted_case, case = cases(), cases()
-    fence = GENCONFIG_WRITE  # its module checks the lock before writing
-    evicted = subprocess.Popen(
-        [*deploy_argv(), "-e", json.dumps(change(evicted_case))],
-        cwd=ROOT,
-        # Paused long enough for the other run to break its lease and finish (plan, apply, and a no-op run).
-        env=fault_env(f"pause:{fence}@75"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not host.file(f"{LOCK}/owner.json").exists:
-        assert time.monotonic() < deadline and evicted.poll() is None, "the first run never took the lock"
-        time.sleep(0.5)
-    run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
-    plain = run(change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
-    assert plain.returncode != 0 and "a live lease is broken only by naming its run" in text(plain)
-    state = converges(host, change(case), "--limit", HOST, "-e", f"sglang_rollout_break_lock={run_id}")
-    output, _unused = evicted.communicate(timeout=300)
+    # Held at the start of the sampling defaults' call (its module checks the lock before writing), after its open
+    # took the lock, until the other run has broken its lease and finished (plan, apply, and a no-op run).
+    hold = Hold(tmp_path, GENCONFIG_WRITE)
+    evicted = start("deploy.yml", "-e", json.dumps(change(evicted_case)), env=hold.env)
+    try:
+        hold.reached(evicted)
+        run_id = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
+        plain = run(change(case), "--limit", HOST, "-e", "sglang_rollout_break_lock=true")
+        assert plain.returncode != 0 and "a live lease is broken only by naming its run" in text(plain)
+        state = converges(host, change(case), "--limit", HOST, "-e", f"sglang_rollout_break_lock={run_id}")
+    finally:
+        hold.release()
+        output = text(finish(evicted, timeout=300))
     assert evicted.returncode != 0
     assert f"this run lost the lock of {HOST} to another run and touched nothing more there" in output, output[-3000:]
     after = host_state(host)
@@ -161,10 +153,10 @@ def test_a_controller_killed_right_after_the_drain_costs_capacity_no_longer_than
     assert host.file(DRAIN).exists and not in_rotation(host, ROUTER)
     assert "sglang-dsv4-undrain-guard.timer" in host.check_output("systemctl list-timers --all --no-legend")
     assert pids(host_state(host)) == pids(before)
-    # The killed run's lease is live: the guard looks (every 30 s) and leaves the host to it.
-    time.sleep(40)
+    # The killed run's lease is live: the guard's next look (every 30 s) leaves the host to it.
+    said = guard_looked(host, host_clock(host))
+    assert "a rollout holds the host" in said, said
     assert host.file(DRAIN).exists, guard_said(host)
-    assert "a rollout holds the host" in guard_said(host)
     end_lease_and_wait_for_the_guard(host, 120)
     assert pids(host_state(host)) == pids(before)
     assert "sglang-dsv4-undrain-guard" not in host.check_output("systemctl list-timers --all --no-legend")
