@@ -128,6 +128,12 @@ def test_prometheus_and_node_exporter_listen_on_loopback_only() -> None:
     assert not [b for b in bound if b.endswith((":9090", ":9100"))]
 
 
+def covering(base: int, expr: str, hosts: set[str]) -> set[str]:
+    """The hosts the query's series come from, once they include `hosts` (empty before)."""
+    found = {r["metric"].get("host") for r in query(base, expr)}
+    return found if hosts <= found else set()
+
+
 def test_every_dashboard_query_returns_a_series_for_each_host(traffic) -> None:
     skipped = []
     for title, expr in dashboard_queries():
@@ -135,13 +141,23 @@ def test_every_dashboard_query_returns_a_series_for_each_host(traffic) -> None:
             if title not in skipped:
                 skipped.append(title)
             continue
+        # Waited for, not assumed after the traffic's sleeps: a rate needs two scrapes in its window, and the central
+        # one federation more, which a loaded machine delays.
         for name, base in GPU_HOSTS.items():
-            result = query(base, substitute(expr, name))
-            assert result, f"panel {title!r} has no series on {name}: {expr}"
+            mine = substitute(expr, name)
+            result = wait_for(
+                lambda b=base, e=mine: query(b, e),
+                60,
+                f"panel {title!r} has no series on {name}: {expr}",
+            )
             assert {r["metric"].get("host") for r in result} == {name}, title
         # The central Prometheus answers for the whole fleet.
-        result = query(CENTRAL[1], substitute(expr, ".*"))
-        assert {r["metric"].get("host") for r in result} == set(GPU_HOSTS), f"panel {title!r} on the central: {expr}"
+        central = wait_for(
+            lambda e=expr: covering(CENTRAL[1], substitute(e, ".*"), set(GPU_HOSTS)),
+            60,
+            f"panel {title!r}'s series of every host on the central: {expr}",
+        )
+        assert central == set(GPU_HOSTS), f"panel {title!r} on the central: {expr}"
     assert sorted(skipped) == sorted(
         [
             "KV-transfer and bootstrap failures",
