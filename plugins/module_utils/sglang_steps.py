@@ -9,8 +9,12 @@ of them (filters sglang_step_errors, sglang_rollout_schedule, sglang_rollout_nex
   the whole inventory before every batch; a batch the guard reduces to nothing stops the run.
 - A PD pool across hosts (xPyD, settings["pools"]: host -> its sglang_services_pool) is one unit of all of this: it
   changes as one (its prefills and decodes restart together, never a prefill beside a decode of other settings),
-  so a step takes whole pools, a step's size and the guard count a pool as one, and a pool is out of rotation when
-  any of its hosts is. A step that would leave the inventory with nothing in rotation because it takes a pool (the
+  so a step takes whole pools, and a step's size and the guard count a pool as one. A pool's availability is asked
+  of what serves it, its router host (settings["pool_routers"]): it serves when its router does, whatever a member
+  that answered says (a new member on its first deploy); it does not when its router host answered that it does
+  not; and a host of it that could not be asked (UNKNOWN) makes it unknown: counted out of rotation for the guard's
+  room (the unknown never counts as serving) and still costing capacity when a step takes it (the unknown never
+  makes a step free). A step that would leave the inventory with nothing in rotation because it takes a pool (the
   pool's whole capacity goes while its servers restart) is refused unless the operator allowed that pool by name
   (settings["allow_pool_outage"], sglang_rollout_allow_pool_outage).
 """
@@ -26,6 +30,16 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import
 PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
 # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
 COUNT = re.compile(r"^[0-9]+$")
+# The whys of a host the count could not ask (sglang_fleet_rotation's, and out_of_rotation's own): what it serves is
+# unknown, never known to be out.
+UNKNOWN = ("cannot be asked", "cannot be reached", "did not answer", "not in the inventory", "not asked", "failed in")
+
+
+def unknown(why: Any) -> bool:
+    """Whether a host's why says the count could not learn whether it serves."""
+    return str(why).startswith(UNKNOWN)
+
+
 # DRAINED_SERVING (sglang_rotation.in_rotation) is the why of a host the guard counts out of rotation because an
 # earlier run's drain left its workers out while its services run: the run brings it back first, at no capacity cost.
 
@@ -33,9 +47,12 @@ COUNT = re.compile(r"^[0-9]+$")
 class Units:
     """The units a rollout counts: a host of its own, or a PD pool across hosts (all of its hosts as one). A pool's
     key is its first host in `order` (the inventory's), so a unit is always named by a host; `pools` maps hosts to
-    their pool's name (a pool named by one host only is a host of its own)."""
+    their pool's name (a pool named by one host only is a host of its own); `routers`, the hosts that run a pool's
+    router (what serves the pool)."""
 
-    def __init__(self, pools: dict[str, Any] | None, order: list[str]) -> None:
+    def __init__(
+        self, pools: dict[str, Any] | None, order: list[str], routers: list[str] | tuple[str, ...] = ()
+    ) -> None:
         named = {str(host): str(pool) for host, pool in (pools or {}).items() if pool}
         members: dict[str, list[str]] = {}
         for host in dict.fromkeys([*order, *sorted(named)]):
@@ -44,6 +61,7 @@ class Units:
         self.members = {pool: hosts for pool, hosts in members.items() if len(hosts) > 1}
         self.key = {host: hosts[0] for hosts in self.members.values() for host in hosts}
         self.pool_of_key = {hosts[0]: pool for pool, hosts in self.members.items()}
+        self.routers = {pool: [host for host in hosts if host in routers] for pool, hosts in self.members.items()}
 
     def unit(self, host: str) -> str:
         return self.key.get(host, host)
@@ -60,7 +78,9 @@ class Units:
         return self.pool_of_key.get(unit)
 
     def down(self, unavailable: dict[str, str]) -> dict[str, str]:
-        """The units out of rotation: a pool when any of its hosts is (each named with why)."""
+        """The units the guard counts out of rotation, each with why: a host of its own when it is; a pool when its
+        router host answered that it does not serve, or when any of its hosts could not be asked (the unknown never
+        counts as serving). A pool whose router serves is in rotation, whatever a member that answered says."""
         out: dict[str, list[str]] = {}
         for host in sorted(unavailable):
             out.setdefault(self.unit(host), []).append(host)
@@ -71,7 +91,27 @@ class Units:
                 else "; ".join(f"{host}: {unavailable[host]}" for host in hosts)
             )
             for unit, hosts in out.items()
+            if unit not in self.pool_of_key
+            or self._not_serving(unit, unavailable)
+            or any(unknown(unavailable[host]) for host in hosts)
         }
+
+    def _not_serving(self, unit: str, unavailable: dict[str, str]) -> bool:
+        """A pool whose every router host answered that it does not serve (a pool with no router host known to the
+        inventory is judged by its hosts: all of them out)."""
+        hosts = self.routers.get(self.pool_of_key[unit]) or self.members[self.pool_of_key[unit]]
+        return all(host in unavailable and not unknown(unavailable[host]) for host in hosts)
+
+    def free(self, unavailable: dict[str, str]) -> list[str]:
+        """The units out of rotation that a step takes at no capacity cost, because they are known not to serve: a
+        host of its own that is out (as counted: the guard has it out already), a pool whose router host answered
+        that it does not serve. A pool with a host that could not be asked, and whose router does not say it is out,
+        costs capacity when it restarts: it may serve."""
+        return [
+            unit
+            for unit in self.down(unavailable)
+            if unit not in self.pool_of_key or self._not_serving(unit, unavailable)
+        ]
 
     def serving(self, serving: list[str], hosts: list[str]) -> list[str]:
         """The units of `hosts` all of whose hosts serve."""
@@ -162,6 +202,7 @@ def next_batch(
     unavailable: list[str],
     fresh: list[str] | tuple[str, ...] = (),
     returning: list[str] | tuple[str, ...] = (),
+    costly: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The next batch: the first hosts still to change, as many as the step asks and the guard allows now.
 
@@ -173,7 +214,9 @@ def next_batch(
     unavailable pods first). A host that served at the plan and fell over since is no such host: it waits its turn.
     returning: the run's hosts out of rotation only because an earlier run's drain left their workers out while
     their services serve (DRAINED_SERVING): they go first, whatever the guard, since changing them costs no capacity
-    and brings them back (as a disruption budget counts the evictions it can undo)."""
+    and brings them back (as a disruption budget counts the evictions it can undo). costly: those of `unavailable`
+    that are not known to be out (a pool with a host that could not be asked): counted out for the room, and still
+    taking room when the batch takes them (the unknown never makes a step free)."""
     wanted = batch_size(steps, index, changing)
     down = set(unavailable)
     room = allowed - len(down)
@@ -184,7 +227,7 @@ def next_batch(
     for host in back + [host for host in pending if host not in back]:
         if len(batch) >= wanted:
             break
-        if host in down:
+        if host in down and host not in costly:
             if not held or host in fresh or host in back:
                 batch.append(host)  # already out of rotation: changing it costs no more capacity
         elif room > 0 and not held:
@@ -202,12 +245,13 @@ def schedule(
     unavailable: list[str],
     fresh: list[str] | tuple[str, ...] = (),
     returning: list[str] | tuple[str, ...] = (),
+    costly: list[str] | tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The plan's batches (next_batch's arguments), as they would be if every step succeeds (a host out of rotation
     that a step changes serves after it) and no other host's health changes during the run."""
     pending, batches, index, down = list(changing), [], 0, list(unavailable)
     while pending:
-        batch = next_batch(pending, steps, index, len(changing), allowed, down, fresh, returning)
+        batch = next_batch(pending, steps, index, len(changing), allowed, down, fresh, returning, costly)
         if not batch["hosts"]:
             batches.append({**batch, "step": index + 1, "stopped": True})
             break
@@ -282,8 +326,9 @@ def _counted(
 ) -> dict[str, Any]:
     """What the guard and the steps count, in units (a host, or a pool across hosts as one): the run's units, the
     inventory's, those out of rotation now (with why), those not serving at the plan, those brought back first."""
-    units = Units(settings.get("pools"), [*inventory, *changing])
+    units = Units(settings.get("pools"), [*inventory, *changing], settings.get("pool_routers") or ())
     down = units.down(unavailable)
+    free = units.free(unavailable)
     changing_units = units.units(changing)
     back = [
         unit
@@ -296,6 +341,8 @@ def _counted(
         "changing": changing_units,
         "inventory": units.units(inventory),
         "down": down,
+        # Counted out, but not known to be: a step that takes one of these pays for it.
+        "costly": [unit for unit in down if unit not in free],
         "fresh": [unit for unit in changing_units if unit not in units.serving(serving, changing)],
         "back": back,
     }
@@ -306,9 +353,14 @@ def pool_outages(
 ) -> list[str]:
     """The pools of a batch (its units) the operator did not allow to take the inventory's last capacity: when the
     batch takes a pool in rotation and leaves no unit of the inventory in rotation (the pool's servers all restart at
-    once). A pool out of rotation already (not serving: its first deploy) has no capacity to lose."""
+    once). A pool known not to serve (its router host says so: its first deploy) has no capacity to lose; one with a
+    host that could not be asked may serve, and is asked for like one in rotation."""
     units = counted["units"]
-    pools = [units.pool(unit) for unit in batch if units.pool(unit) and unit not in down]
+    pools = [
+        units.pool(unit)
+        for unit in batch
+        if units.pool(unit) and (unit not in down or unit in counted.get("costly", ()))
+    ]
     left = [unit for unit in counted["inventory"] if unit not in batch and unit not in down]
     if not pools or left:
         return []
@@ -357,7 +409,7 @@ def plan(
     allowed = guard(settings["max_unavailable"], len(counted["inventory"]))
     down = sorted(counted["down"])
     back = counted["back"]
-    batches = schedule(counted["changing"], settings["steps"], allowed, down, counted["fresh"], back)
+    batches = schedule(counted["changing"], settings["steps"], allowed, down, counted["fresh"], back, counted["costly"])
     steps, pending, total, refused = [], list(changing), 0.0, []
     for batch in batches:
         hosts = units.expand(batch["hosts"], changing)
@@ -433,6 +485,14 @@ def plan(
         "serving": serving,
         # Pools whose step would take the inventory's last capacity, not allowed by name: the plan refuses the run.
         "refused": refused,
+        # Pools a step's analysis would judge: it judges each host as a whole single host, which a pool's hosts are
+        # not (every round would fail, and the pool roll back after its restarts): the plan refuses the run.
+        "pool_analysis": [
+            units.name(units.members[pool][0], changing)
+            for step in steps
+            if step["analysed"]
+            for pool in step.get("pools") or []
+        ],
     }
 
 
@@ -462,6 +522,7 @@ def next_step(
         out,
         counted["fresh"],
         back,
+        counted["costly"],
     )
     outage = pool_outages(batch["hosts"], counted, out, settings.get("allow_pool_outage") or ())
     hosts = [] if outage else units.expand(batch["hosts"], pending)

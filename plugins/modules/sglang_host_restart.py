@@ -62,6 +62,12 @@ options:
       with any restarts once even where no start record says why.
     type: dict
     default: {}
+  pool_restart:
+    description: xPyD. Why this host's servers restart with their PD pool across hosts although their own inputs did
+      not change (the plan's reasons); the call decides with them as the plan did.
+    type: list
+    elements: str
+    default: []
   rotation:
     description: The host's router and the drain.
     type: dict
@@ -73,11 +79,17 @@ options:
         type: str
         default: ""
       held_by_pool:
-        description: The host is one of a PD pool across hosts, whose router host takes the pool's workers out of
+        description: The host is one of a PD pool across hosts, whose router host took the pool's workers out of
           rotation before this call and puts them back after it (sglang_services' handlers); this call neither
           drains nor puts workers back.
         type: bool
         default: false
+      pool_refusal:
+        description: xPyD. Why the pool's drain does not hold this server host (it failed, timed out with
+          C(on_timeout=stop), or did not run in this run). Not empty, the call fails before anything restarts when
+          it would restart anything, saying this; it goes on when nothing of the host needs a restart.
+        type: str
+        default: ""
       admin_credential:
         description: The admin-key credential of the running router (see M(dsv4.sglang.sglang_drain)).
         type: path
@@ -199,12 +211,14 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "record_dir": {"type": "path", "required": True},
     "lock_path": {"type": "path", "required": True},
     "proof_failures": {"type": "dict", "default": {}},
+    "pool_restart": {"type": "list", "elements": "str", "default": []},
     "rotation": {
         "type": "dict",
         "required": True,
         "options": {
             "router_url": {"type": "str", "default": ""},
             "held_by_pool": {"type": "bool", "default": False},
+            "pool_refusal": {"type": "str", "default": ""},
             "admin_credential": {"type": "path", "required": True},
             "state_file": {"type": "path", "required": True},
             "metrics_urls": {"type": "list", "elements": "str", "default": []},
@@ -226,8 +240,9 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
-def read_disk(module: Any, proof_failures: dict) -> dict[str, Any]:
-    """What each service runs from, against the files on disk now (the read of module_utils/sglang_host_read.py)."""
+def read_disk(module: Any, proof_failures: dict, pool: list[str] | None = None) -> dict[str, Any]:
+    """What each service runs from, against the files on disk now (the read of module_utils/sglang_host_read.py),
+    with the pool's reasons (`pool`) as the plan had them."""
     p = module.params
     params = {name: spec.get("default") for name, spec in READ_SPEC.items()}
     params.update(
@@ -239,6 +254,7 @@ def read_disk(module: Any, proof_failures: dict) -> dict[str, Any]:
         against="disk",
         proof=False,
         proof_failures=proof_failures,
+        pool_restart=list(pool or []),
     )
     return read(module, params)
 
@@ -273,9 +289,12 @@ def host_restart(module: Any) -> None:
     def at(point: str) -> None:
         sglang_lab_fault.at(fault, point, lambda msg: module.fail_json(msg=msg))
 
-    state = read_disk(module, p["proof_failures"])
+    state = read_disk(module, p["proof_failures"], p["pool_restart"])
     plan = state["plan"]
     acting = plan["restart_servers"] or plan["restart_router"]
+    # xPyD: a server host of a pool restarts only on a drain of its pool it could see succeed.
+    if rotation["pool_refusal"] and acting:
+        module.fail_json(msg=f"{rotation['pool_refusal']}; nothing restarted on this host", plan=plan)
     servers = [u for u in p["units"] if u["group"] == "servers"]
     routers = [u for u in p["units"] if u["group"] == "router"]
     common = {

@@ -39,6 +39,11 @@ def _routers(topology: Any) -> list[str]:
     return [name for name, svc in topology.items() if isinstance(svc, dict) and svc.get("mode") == "router"]
 
 
+def sglang_pool_router_hosts(topologies: dict[str, Any]) -> list[str]:
+    """The hosts (host -> its sglang_services_topology) that run a router: of a pool across hosts, what serves it."""
+    return [str(host) for host, topology in topologies.items() if _routers(topology)]
+
+
 def pools(hosts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Pool name -> its hosts ({host, pool, advertise_host, topology, and for the checks sampling, server_release,
     transfer_backend and server_flags}), in the order given (the inventory's)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 from ansible_collections.dsv4.sglang.plugins.filter import sglang_plan as f
+from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_plan as plan
 
 
 def test_apply_hosts_keep_the_given_inventory_order_whatever_order_plans_have():
@@ -127,3 +129,53 @@ def test_the_table_says_a_pool_hosts_servers_are_drained_by_its_router_host():
     assert not any("drain before the restart" in line for line in lines)
     alone = f.sglang_plan_table([{**plan, "in_pool": None}], ["gpu-01"])
     assert any("drain before the restart: out of rotation, 10 s" in line for line in alone)
+
+
+# xPyD: a pool of two prefill hosts (p1, p2), a decode host (d1) and a router host (r1); each kind of change as the
+# plan's read sees each host's services (CHANGING: its inputs change in this run) and as the restart handler's read
+# sees them once the roles wrote (STALE: started from inputs that have changed since), or a new member (not running).
+POOL_GROUPS = {
+    "p1": {"sglang-dsv4-prefill": "servers"},
+    "p2": {"sglang-dsv4-prefill": "servers"},
+    "d1": {"sglang-dsv4-decode": "servers"},
+    "r1": {"sglang-dsv4-router": "router"},
+}
+CHANGES = {
+    "sampling": {"p1", "p2", "d1"},
+    "one member's flags": {"d1"},
+    "weights": {"p1", "p2", "d1"},
+    "a router release": {"r1"},
+    "a new member": {"p2"},
+}
+
+
+def _statuses(host: str, change: str, written: bool) -> dict[str, str]:
+    if host not in CHANGES[change]:
+        return dict.fromkeys(POOL_GROUPS[host], plan.CURRENT)
+    if change == "a new member":
+        return dict.fromkeys(POOL_GROUPS[host], "not running")
+    return dict.fromkeys(POOL_GROUPS[host], plan.STALE if written else plan.CHANGING)
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_the_restart_handler_decides_for_each_host_of_a_pool_what_the_plan_said(change):
+    """The plan (each host's read, then the pool's filter) and the restart handler (the host's read after the writes,
+    with the reasons the open handed over) restart the same groups on every host of the pool."""
+    own = {host: plan.decide([], _statuses(host, change, written=False), POOL_GROUPS[host]) for host in POOL_GROUPS}
+    planned = {
+        host: f.sglang_pool_restart(
+            own[host],
+            {other: own[other] for other in POOL_GROUPS if other != host},
+            "servers" in POOL_GROUPS[host].values(),
+        )
+        for host in POOL_GROUPS
+    }
+    for host, groups in POOL_GROUPS.items():
+        pool = planned[host].get("pool_restart", [])
+        handler = plan.decide([], _statuses(host, change, written=True), groups, pool=pool)
+        said = planned[host]
+        assert (handler["restart_servers"], handler["restart_router"]) == (
+            said["restart_servers"],
+            said["restart_router"],
+        ), (change, host, said["restart"], handler["restart"])
+        assert handler["drain_pool"] == bool(said.get("drain_pool")), (change, host)

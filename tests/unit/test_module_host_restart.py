@@ -42,9 +42,9 @@ def host(tmp_path, monkeypatch):
         "reads": 0,
     }
 
-    def read_disk(module, proof_failures):
+    def read_disk(module, proof_failures, pool=None):
         world["reads"] += 1
-        steps.append(("read", {"proof_failures": proof_failures}))
+        steps.append(("read", {"proof_failures": proof_failures, "pool": pool}))
         return {"plan": world["plan"], "units": world["units"]}
 
     def drain(module, params):
@@ -77,9 +77,11 @@ def host(tmp_path, monkeypatch):
         "record_dir": "/run/sglang-dsv4",
         "lock_path": "/run/sglang-dsv4-deploy",
         "proof_failures": {},
+        "pool_restart": [],
         "rotation": {
             "router_url": "http://127.0.0.1:3",
             "held_by_pool": False,
+            "pool_refusal": "",
             "admin_credential": "/run/credentials/sglang-dsv4-router.service/admin-key",
             "state_file": "/run/sglang-dsv4/drain.json",
             "metrics_urls": [],
@@ -189,7 +191,7 @@ def test_a_drain_that_timed_out_restarts_anyway_when_told_to(host):
 
 def test_a_light_proof_failure_is_carried_into_the_read(host):
     done(host["params"] | {"proof_failures": {"servers": ["prefill logged nothing"]}})
-    assert host["steps"][0] == ("read", {"proof_failures": {"servers": ["prefill logged nothing"]}})
+    assert host["steps"][0] == ("read", {"proof_failures": {"servers": ["prefill logged nothing"]}, "pool": []})
 
 
 @pytest.mark.parametrize(
@@ -291,3 +293,32 @@ def test_the_router_host_of_a_pool_leaves_the_pools_rotation_to_its_handlers(hos
     restart = dict(host["steps"])["restart"]
     assert restart["restart"] == [["sglang-dsv4-router"]] and restart["nudge"] is None
     assert [u["name"] for u in restart["wait"]] == ["sglang-dsv4-router"]
+
+
+REFUSAL = (
+    "pool pd-a: its drain on r1 did not end within sglang_services_drain_timeout=3 s (1 request(s) still in flight)"
+)
+
+
+def test_a_pool_server_whose_pools_drain_did_not_succeed_restarts_nothing_and_says_why(host):
+    params = host["params"]
+    pooled = {**params, "rotation": {**params["rotation"], "router_url": "", "pool_refusal": REFUSAL}}
+    result = failed(pooled)
+    assert result["msg"] == f"{REFUSAL}; nothing restarted on this host"
+    # Decided from the disk, then stopped: no drain, no restart, no undrain.
+    assert names(host["steps"]) == ["read"]
+
+
+def test_a_pool_server_with_nothing_to_restart_goes_on_whatever_the_pools_drain_said(host):
+    nothing = {"servers": [], "router": []}
+    host["world"]["plan"] = {"restart_servers": False, "restart_router": False, "restart": nothing}
+    params = host["params"]
+    done({**params, "rotation": {**params["rotation"], "router_url": "", "pool_refusal": REFUSAL}})
+    assert "drain" not in names(host["steps"])
+    assert [step["restart"] for name, step in host["steps"] if name == "restart"] == [[]]
+
+
+def test_the_pools_reasons_reach_the_calls_decision(host):
+    reasons = ["d1 restarts its servers (sglang-dsv4-decode: its inputs change in this run)"]
+    done({**host["params"], "pool_restart": reasons})
+    assert host["steps"][0] == ("read", {"proof_failures": {}, "pool": reasons})

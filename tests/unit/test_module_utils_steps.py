@@ -364,7 +364,7 @@ def test_the_step_report_filter_takes_the_playbooks_arguments():
 
 POOLED = ["p1", "p2", "d1", "r1", "q1", "e1", "s1", "h1", "h2"]
 POOLS = {"p1": "pd-a", "p2": "pd-a", "d1": "pd-a", "r1": "pd-a", "q1": "pd-b", "e1": "pd-b", "s1": "pd-b"}
-POOL_SETTINGS = {**NO_WAITS, "steps": [1, "50%"], "max_unavailable": 1, "pools": POOLS}
+POOL_SETTINGS = {**NO_WAITS, "steps": [1, "50%"], "max_unavailable": 1, "pools": POOLS, "pool_routers": ["r1", "s1"]}
 
 
 def test_a_step_takes_a_pool_whole_and_the_steps_and_the_guard_count_it_as_one():
@@ -397,17 +397,64 @@ def test_a_step_takes_a_pool_whole_and_the_steps_and_the_guard_count_it_as_one()
     ]
 
 
-def test_a_pool_is_out_of_rotation_when_any_of_its_hosts_is():
-    # d1 (pd-a's decode host) fell over: pd-a is out, the guard of 1 unit has no room for another unit...
-    down = {"d1": "not ready: /health refused"}
+def test_a_pool_serves_when_its_router_serves_whatever_a_member_that_answered_says():
+    # d1 (pd-a's decode host) answered that it does not serve (fell over, or a new member on its first deploy); r1,
+    # pd-a's router host, serves: pd-a is in rotation, and its restart costs the guard's one unit.
+    down = {"d1": "its servers' /health: http://d1/health answered 503"}
+    assert steps.Units(POOLS, POOLED, ["r1", "s1"]).down(down) == {}
     step = steps.next_step(1, POOLED, [], POOLED, POOLED, down, {**POOL_SETTINGS, "steps": [2]})
-    # ...but pd-a itself changes at no more cost (already out), and nothing else goes with it.
     assert step["hosts"] == ["p1", "p2", "d1", "r1"]
     plan = steps.plan(POOLED, POOLED, POOLED, down, POOL_SETTINGS, {})
-    assert "out of rotation now: pool pd-a (p1, p2, d1, r1) (d1: not ready: /health refused)" in plan["lines"]
-    # pd-b's host down: pd-a may not go (the guard's one unit is pd-b).
-    held = steps.next_step(1, POOLED, [], POOLED, POOLED, {"e1": "not asked"}, POOL_SETTINGS)
+    assert not [line for line in plan["lines"] if line.startswith("out of rotation now")]
+    # Taking it would leave nothing in rotation: it must be allowed by name, as a pool in rotation.
+    alone = ["p1", "p2", "d1", "r1"]
+    whole = {**POOL_SETTINGS, "max_unavailable": "100%"}
+    assert steps.plan(alone, alone, alone, down, whole, {})["refused"] == ["pd-a"]
+
+
+def test_a_pool_is_out_when_its_router_host_says_it_does_not_serve():
+    down = {"r1": "its router's /readiness answered 503"}
+    assert steps.Units(POOLS, POOLED, ["r1", "s1"]).free(down) == ["p1"]
+    # Already out: pd-a changes at no more cost, and nothing else goes with it (the guard's one unit is pd-a).
+    step = steps.next_step(1, POOLED, [], POOLED, POOLED, down, {**POOL_SETTINGS, "steps": [2]})
+    assert step["hosts"] == ["p1", "p2", "d1", "r1"]
+    plan = steps.plan(POOLED, POOLED, POOLED, down, POOL_SETTINGS, {})
+    assert "out of rotation now: pool pd-a (p1, p2, d1, r1) (r1: its router's /readiness answered 503)" in plan["lines"]
+
+
+@pytest.mark.parametrize(
+    "silent",
+    [
+        {"p1": "did not answer within 30 s"},
+        {"r1": "cannot be reached: ssh: connect to host r1 port 22: Connection timed out"},
+        {"d1": "not asked", "r1": "its router's /readiness answered 503"},
+    ],
+    ids=["a-prefill", "the-router", "with-its-router-out"],
+)
+def test_a_pool_with_a_host_that_could_not_be_asked_is_never_free(silent):
+    units = steps.Units(POOLS, POOLED, ["r1", "s1"])
+    # Counted out for the guard's room (the unknown never counts as serving)...
+    assert "p1" in units.down(silent)
+    # ...and, unless its router host answered that it does not serve, still costing capacity when a step takes it.
+    known_out = set(silent.get("r1", "").split(":")[:1]) == {"its router's /readiness answered 503"}
+    assert units.free(silent) == (["p1"] if known_out else [])
+    if known_out:
+        return
+    held = steps.next_step(1, POOLED, [], POOLED, POOLED, silent, {**POOL_SETTINGS, "steps": [2]})
     assert held["hosts"] == [] and "the guard leaves no room" in held["line"]
+    assert f"{next(iter(silent))}: {next(iter(silent.values()))}" in held["line"]
+    roomy = steps.next_step(1, POOLED, [], POOLED, POOLED, silent, {**POOL_SETTINGS, "max_unavailable": 2})
+    assert roomy["hosts"] == ["p1", "p2", "d1", "r1"]
+    # The pool alone in the inventory: the guard's one unit is counted out already, so its step waits (stops).
+    alone = ["p1", "p2", "d1", "r1"]
+    whole = {**POOL_SETTINGS, "max_unavailable": "100%"}
+    first = steps.plan(alone, alone, alone, silent, whole, {})["steps"][0]
+    assert first["stopped"] and "estimate" not in first
+
+
+def test_another_pools_silent_host_leaves_no_room_for_this_pool():
+    held = steps.next_step(1, POOLED, [], POOLED, POOLED, {"e1": "not asked"}, POOL_SETTINGS)
+    assert held["hosts"] == [] and "the guard leaves no room" in held["line"] and "e1: not asked" in held["line"]
 
 
 def test_a_pool_whose_step_takes_the_inventorys_last_capacity_is_refused_unless_allowed_by_name():
@@ -426,8 +473,10 @@ def test_a_pool_whose_step_takes_the_inventorys_last_capacity_is_refused_unless_
     assert steps.next_step(1, alone, [], alone, alone, {}, allowed)["hosts"] == alone
     # With another unit in rotation, the pool's outage leaves capacity: no name needed.
     assert steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})["refused"] == []
-    # A pool out of rotation already (its first deploy: nothing serves) has no capacity to lose.
-    fresh = steps.plan(alone, [], alone, {"d1": "its router's /readiness answered nothing"}, settings, {})
+    # A pool out of rotation already (its first deploy: nothing serves, its router host says so) has no capacity to
+    # lose.
+    nothing = {host: "its router's /readiness answered nothing (no connection)" for host in alone}
+    fresh = steps.plan(alone, [], alone, nothing, settings, {})
     assert fresh["refused"] == [] and fresh["steps"][0]["hosts"] == alone
     # A host of its own taking the last capacity stays the guard's matter (sglang_rollout_allow_whole_fleet).
     assert steps.plan(["h1"], ["h1"], ["h1"], {}, POOL_SETTINGS, {})["refused"] == []
@@ -453,3 +502,12 @@ def test_a_refused_pool_outage_names_what_else_is_out_of_rotation():
     assert plan["refused"] == ["pd-a"]
     line = next(line for line in plan["lines"] if line.startswith("step 1: NONE"))
     assert "in rotation (out of rotation: h1: its router's /readiness answered 503): a pool's" in line
+
+
+def test_a_plan_whose_analysis_would_judge_a_pool_names_it_and_one_that_would_not_names_none():
+    analysed = {**POOL_SETTINGS, "analysis": True}
+    plan = steps.plan(POOLED, POOLED, POOLED, {}, analysed, {})
+    assert plan["pool_analysis"] == ["pool pd-a (p1, p2, d1, r1)", "pool pd-b (q1, e1, s1)"]
+    assert steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})["pool_analysis"] == []
+    # A pool on its first deploy served no traffic to judge: nothing of it is analysed.
+    assert steps.plan(["p1", "p2", "d1", "r1"], [], POOLED, {}, analysed, {})["pool_analysis"] == []

@@ -190,3 +190,13 @@ def test_every_server_host_of_a_pool_runs_the_same_servers_release():
         " 8c1f (sglang 0.5.23; -m sglang.launch_server): the pool 'pd-a' pairs any prefill with any decode, so every"
         " server host of it runs the same servers' release (sglang_runtime_server_lock, sglang_runtime_server_entry)"
     ]
+
+
+def test_the_router_hosts_are_those_whose_topology_runs_a_router():
+    topologies = {
+        "p1": {"prefill": {"mode": "prefill"}},
+        "r1": {"gate": {"mode": "router"}},
+        "x1": "not a mapping",
+        "all": {"prefill": {"mode": "prefill"}, "decode": {"mode": "decode"}, "router": {"mode": "router"}},
+    }
+    assert pools.sglang_pool_router_hosts(topologies) == ["r1", "all"]
