@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -330,3 +332,53 @@ def balancer_stats(sock: str) -> dict[str, dict[str, str]]:
     rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
     servers = (row for row in rows if row["pxname"] == "routers" and row["svname"] not in ("FRONTEND", "BACKEND"))
     return {row["svname"]: row for row in servers}
+
+
+def cut_ssh(port: int) -> None:
+    """LAB: the controller's packets to one lab host's sshd are answered with a reset (its established connection
+    too): the host is lost to the run, its services go on serving. A table of its own per port: scenarios run side
+    by side."""
+    rule = f"tcp dport {port} reject with tcp reset"
+    rules = (
+        f"table inet dsv4_lab_cut_{port} {{\n chain input {{\n  type filter hook input priority 0;\n  {rule}\n }}\n}}\n"
+    )
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+
+
+def uncut(port: int) -> None:
+    subprocess.run(["nft", "delete", "table", "inet", f"dsv4_lab_cut_{port}"], capture_output=True, check=False)
+
+
+def readiness(port: int) -> int:
+    """The status a router's /readiness on the lab's loopback answers (0: no answer)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readiness", timeout=2) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
+
+
+def long_stream(url: str, key: str, tokens: int) -> threading.Event:
+    """A streaming chat of `tokens` tokens to `url`, from the controller, in the background: greedy, so that the
+    stand-in never ends it early (its end-of-text never wins outright). The event is set once its first chunk has
+    arrived: the request is in flight at the router and its servers."""
+    import urllib.request
+
+    body = {**CHAT, "max_tokens": tokens, "stream": True, "temperature": 0}
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
+    in_flight = threading.Event()
+
+    def stream() -> None:
+        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=300) as answer:
+            answer.readline()
+            in_flight.set()
+            answer.read()
+
+    threading.Thread(target=stream, daemon=True).start()
+    return in_flight

@@ -11,11 +11,8 @@ the shared helpers in molecule/shared/faultcases.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import threading
-import urllib.request
 
 import pytest
 from faultcases import (
@@ -36,7 +33,7 @@ from faultcases import (
     run,
     temperatures,
 )
-from labtools import CHAT, Hold, ask, finish, leaked, start
+from labtools import CHAT, Hold, ask, finish, leaked, long_stream, start
 
 from conftest import deploy, flat, host_state, lab_secret, runs_from_disk, text
 
@@ -298,25 +295,6 @@ def test_a_failed_first_deploy_leaves_nothing_running_or_enabled(host, at_invent
     assert runs_from_disk(host_state(host)) == []
 
 
-def long_stream() -> threading.Event:
-    """A 400-token streaming request through the router, from the controller, in the background: greedy, so that the
-    stand-in never ends it early (its end-of-text never wins outright). The event is set once its first chunk has
-    arrived: the request is in flight at the router."""
-    body = {**CHAT, "max_tokens": 400, "stream": True, "temperature": 0}
-    headers = {"Authorization": f"Bearer {lab_secret('sglang_services_api_key')}", "Content-Type": "application/json"}
-    request = urllib.request.Request(f"{ROUTER}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
-    in_flight = threading.Event()
-
-    def stream() -> None:
-        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=120) as answer:
-            answer.readline()
-            in_flight.set()
-            answer.read()
-
-    threading.Thread(target=stream, daemon=True).start()
-    return in_flight
-
-
 def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotation(host, cases, tmp_path):
     """The change fails its verification; the rollback's drain finds a long request in flight and times out
     (sglang_services_drain_on_timeout=stop). The run ends naming the host as OUT OF ROTATION and why; the host's
@@ -335,7 +313,8 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
     rollout = start("deploy.yml", "-e", json.dumps(settings), env=hold.env)
     try:
         hold.reached(rollout, seconds=900)
-        assert long_stream().wait(60), "the long request never started streaming"
+        stream = long_stream(f"{ROUTER}/v1/chat/completions", lab_secret("sglang_services_api_key"), 400)
+        assert stream.wait(60), "the long request never started streaming"
     finally:
         hold.release()
         out = finish(rollout, timeout=900)

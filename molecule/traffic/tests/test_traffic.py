@@ -21,7 +21,7 @@ import labtools
 import pytest
 import testinfra
 from faultcases import RESTART
-from labtools import CHAT, Hold, ask, leaked
+from labtools import CHAT, Hold, ask, cut_ssh, leaked, readiness, uncut
 
 from conftest import ROOT, deploy, flat, host_state, lab_secret, runs_from_disk, text
 
@@ -327,34 +327,6 @@ def test_an_analysis_without_client_traffic_fails_and_rolls_the_canary_back():
         assert after[name]["files"] == before[name]["files"] and pids(after[name]) == pids(before[name]), name
 
 
-CUT = "dsv4_lab_cut"
-
-
-def cut_ssh(port: int) -> None:
-    """LAB: the controller's packets to one lab host's sshd are answered with a reset (its established connection
-    too): the host is lost to the run, its services go on serving."""
-    rule = f"tcp dport {port} reject with tcp reset"
-    rules = f"table inet {CUT} {{\n chain input {{\n  type filter hook input priority 0;\n  {rule}\n }}\n}}\n"
-    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-
-
-def uncut() -> None:
-    subprocess.run(["nft", "delete", "table", "inet", CUT], capture_output=True, check=False)
-
-
-def readiness(port: int) -> int:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readiness", timeout=2) as answer:
-            return answer.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return 0
-
-
 def test_a_host_lost_right_after_its_drain_fails_its_step_names_it_and_the_next_run_heals_it(request, tmp_path):
     """Under load, a step of two hosts; the controller loses dsv4-traf-2 (its ssh port cut) right after its router
     was drained. Ansible runs no rescue for an unreachable host: the run fails, names it as lost and NOT rolled back
@@ -362,11 +334,11 @@ def test_a_host_lost_right_after_its_drain_fails_its_step_names_it_and_the_next_
     the lost host rolled back. The restart's one call the controller lost finishes on the host (drain, restart,
     undrain): back in rotation by itself, serving the step's files. Once it can be reached, the command the run
     printed heals it: its files as before, every service running from them. The clients lose nothing."""
-    request.addfinalizer(uncut)
     lost, other = "dsv4-traf-2", "dsv4-traf-1"
     hosts = {name: lab_host(name) for name in HOSTS}
     before = {name: host_state(h) for name, h in hosts.items()}
     ssh = {entry["instance"]: int(entry["port"]) for entry in labtools.instances()}[lost]
+    request.addfinalizer(lambda: uncut(ssh))
     router = int(re.search(r"--port (\d+)", hosts[lost].check_output("systemctl cat sglang-dsv4-router")).group(1))
     assert readiness(router) == 200
     client = load(ROLLOUT_TIMEOUT + 60)
@@ -416,7 +388,7 @@ def test_a_host_lost_right_after_its_drain_fails_its_step_names_it_and_the_next_
         assert time.monotonic() < deadline, "the lost host's restart call did not put its workers back"
         time.sleep(1)
 
-    uncut()
+    uncut(ssh)
     heal = deploy(
         "--limit", lost, "-e", json.dumps({"sglang_rollout_break_lock": run_id.group(1)}), timeout=ROLLOUT_TIMEOUT
     )

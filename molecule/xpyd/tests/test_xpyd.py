@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-from labtools import ROOT, deploy, flat, lab_secret, text
+import labtools
+import testinfra
+from labtools import ROOT, Hold, cut_ssh, deploy, flat, host_state, lab_secret, long_stream, readiness, text, uncut
 
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 PARTS = {"dsv4-xpyd-1": "prefill", "dsv4-xpyd-2": "decode", "dsv4-xpyd-3": "router", "dsv4-xpyd-5": "prefill"}
@@ -130,11 +132,153 @@ def test_each_hosts_prometheus_scrapes_its_part_of_the_pool_labelled_with_the_po
     assert found == SCRAPED[name(host)]
 
 
-# --- last: the pool's sampling change under load, through the balancer ------------------------------------------
+# --- the pool through the seams: its drain that times out, a router-only change, a silent host, the analysis ----
 
 BALANCER = 23000
 RATE = 10
-POOL_HOSTS = "dsv4-xpyd-1,dsv4-xpyd-2,dsv4-xpyd-3,dsv4-xpyd-5"
+POOL = ["dsv4-xpyd-1", "dsv4-xpyd-2", "dsv4-xpyd-3", "dsv4-xpyd-5"]
+POOL_HOSTS = ",".join(POOL)
+POOL_ROUTER = 23030
+# The state the side effect left the pool in (its sampling change, then a change rolled back).
+AS_LEFT = {"sglang_genconfig_temperature": 0.7}
+# The router host's handler that takes the pool's workers out of rotation before any server of it restarts.
+POOL_DRAIN = "Take the pool's workers out of rotation before its servers restart"
+# The capacity guard's count (the plan's is the first).
+COUNT = "Ask every serving host of the inventory at once whether it is in rotation"
+
+
+def lab_host(hostname: str):
+    return testinfra.get_host(f"ansible://{hostname}", ansible_inventory=labtools.inventory())
+
+
+def pool_state() -> dict[str, dict]:
+    """Each pool host's managed files (byte for byte) and every service's MainPID and InvocationID."""
+    found = {}
+    for hostname in POOL:
+        state = host_state(lab_host(hostname))
+        found[hostname] = {
+            "files": state["files"],
+            "units": {unit: (e["pid"], e["invocation"]) for unit, e in state["units"].items()},
+        }
+    return found
+
+
+def pool_run(settings: dict, env: dict | None = None):
+    return labtools.start("deploy.yml", "--limit", POOL_HOSTS, "-e", json.dumps({**AS_LEFT, **settings}), env=env)
+
+
+def under_load():
+    """Steady load through the balancer, in front of the pool's router and the host of its own."""
+    argv = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER)]
+    argv += ["--key", lab_secret("sglang_services_api_key"), "--rate", str(RATE), "--seconds", "900"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def counted(client: subprocess.Popen) -> dict:
+    client.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 0, err[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_pool_drain_that_times_out_restarts_no_server_of_the_pool_and_the_run_names_the_pool(tmp_path):
+    """The pool's router host is held at its drain until a long request streams through the pool; the drain then
+    times out (sglang_services_drain_on_timeout=stop): no server of the pool restarts (MainPID and InvocationID
+    unchanged on every host), every host of the pool is rolled back (files byte for byte), the run names the pool,
+    the pool is back in rotation, and the clients through the balancer lose nothing."""
+    before = pool_state()
+    client = under_load()
+    hold = Hold(tmp_path, POOL_DRAIN)
+    run = pool_run({"sglang_genconfig_temperature": 0.72, "sglang_services_drain_timeout": 2}, env=hold.env)
+    try:
+        hold.reached(run)
+        # 4000 tokens at 10 ms each: 40 s in flight, far beyond the drain's 2 s.
+        url = f"http://127.0.0.1:{POOL_ROUTER}/v1/chat/completions"
+        assert long_stream(url, lab_secret("sglang_services_api_key"), 4000).wait(60), "the long request never streamed"
+    finally:
+        hold.release()
+        out = labtools.finish(run, timeout=900)
+    tally = counted(client)
+    said = flat(out)
+    assert out.returncode != 0
+    assert "pool pd-lab: its drain on dsv4-xpyd-3 did not end within sglang_services_drain_timeout=2 s" in said, said[
+        -4000:
+    ]
+    for hostname in ("dsv4-xpyd-1", "dsv4-xpyd-2", "dsv4-xpyd-5"):
+        assert f"{hostname} was rolled back to its state before this run" in said, hostname
+    assert "nothing restarted on this host" in said
+    after = pool_state()
+    assert {h: after[h]["units"] for h in POOL} == {h: before[h]["units"] for h in POOL}
+    assert {h: after[h]["files"] for h in POOL} == {h: before[h]["files"] for h in POOL}
+    assert readiness(POOL_ROUTER) == 200
+    assert not lab_host("dsv4-xpyd-3").file("/run/sglang-dsv4/drain.json").exists
+    assert (tally["non_2xx"], tally["truncated"], tally["failed"]) == (0, 0, 0), tally
+
+
+def test_an_admin_key_rotated_on_the_pools_router_host_drains_the_pool_and_cuts_no_stream():
+    """A change only the pool's router takes (its admin key, and back): its router host drains the pool first, as a
+    host of its own does, restarts only the router, and puts the pool back; no server restarts, nothing is cut."""
+    before = pool_state()
+    started = int(lab_host("dsv4-xpyd-3").check_output("date +%s"))
+    client = under_load()
+    try:
+        time.sleep(3)
+        rotated = labtools.finish(pool_run({"sglang_services_admin_key": "rotated-admin-key-of-the-pool-0123456789"}))
+        back = labtools.finish(pool_run({}))
+    finally:
+        tally = counted(client)
+    assert rotated.returncode == 0, text(rotated)[-3000:]
+    assert back.returncode == 0, text(back)[-3000:]
+    after = pool_state()
+    for hostname in POOL:
+        for unit, (pid, invocation) in after[hostname]["units"].items():
+            same = (pid, invocation) == before[hostname]["units"][unit]
+            assert same is (unit != "router" or hostname != "dsv4-xpyd-3"), (hostname, unit)
+    # Drained by its own restart call: the router was told to remove its workers (twice: the key, and back).
+    journal = lab_host("dsv4-xpyd-3").check_output(
+        f"journalctl -u sglang-dsv4-router --since @{started} -o cat --no-pager | grep -c DELETE || true"
+    )
+    assert int(journal or 0) >= 2, journal
+    assert readiness(POOL_ROUTER) == 200
+    assert (tally["non_2xx"], tally["truncated"], tally["failed"]) == (0, 0, 0), tally
+
+
+def test_a_pool_host_that_cannot_be_asked_at_the_guards_count_leaves_no_free_step(tmp_path):
+    """dsv4-xpyd-1 (a prefill host) cannot be reached at the plan's count of hosts out of rotation (its ssh port cut
+    while the run is held there): the pool is not taken for free. The guard (one unit of two) counts the unknown
+    pool out and its restart as costing capacity, so the run stops before any host changes, naming that host."""
+    before = pool_state()
+    ssh = {entry["instance"]: int(entry["port"]) for entry in labtools.instances()}["dsv4-xpyd-1"]
+    hold = Hold(tmp_path, COUNT)
+    run = pool_run({"sglang_genconfig_temperature": 0.75}, env=hold.env)
+    try:
+        hold.reached(run)
+        cut_ssh(ssh)
+    finally:
+        hold.release()
+        try:
+            out = labtools.finish(run, timeout=900)
+        finally:
+            uncut(ssh)
+    said = flat(out)
+    assert out.returncode != 0
+    assert "the guard leaves no room" in said and "dsv4-xpyd-1: cannot be reached" in said, said[-4000:]
+    assert "Take the lock, snapshot" not in out.stdout
+    assert pool_state() == before
+
+
+def test_a_pool_rollout_with_the_step_analysis_is_refused_before_any_host_changes():
+    before = pool_state()
+    out = labtools.finish(pool_run({"sglang_genconfig_temperature": 0.75, "sglang_rollout_analysis": True}))
+    said = flat(out)
+    assert out.returncode != 0
+    assert "sglang_rollout_analysis=true: the step analysis judges each host of a step as a whole single host" in said
+    assert "pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5)" in said, said[-3000:]
+    assert "Take the lock, snapshot" not in out.stdout
+    assert pool_state() == before
+
+
+# --- last: the pool's sampling change under load, through the balancer ------------------------------------------
 
 
 def test_the_pools_sampling_change_under_load_through_the_balancer_loses_no_request():
@@ -142,20 +286,15 @@ def test_the_pools_sampling_change_under_load_through_the_balancer_loses_no_requ
     own, while the pool changes its sampling defaults as one step: its router host takes its workers out (the
     balancer sends everything to dsv4-xpyd-4), its servers restart, the workers go back. Counted by the client
     (bench/loadgen.py: non-2xx, cut streams, refused connections)."""
-    argv = [sys.executable, str(ROOT / "bench/loadgen.py"), "--port", str(BALANCER)]
-    argv += ["--key", lab_secret("sglang_services_api_key"), "--rate", str(RATE), "--seconds", "900"]
-    client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = under_load()
     try:
         time.sleep(3)
         run = deploy("--limit", POOL_HOSTS, "-e", '{"sglang_genconfig_temperature": 0.75}')
         # The pool back in rotation gets traffic again before the load stops.
         time.sleep(3)
     finally:
-        client.send_signal(signal.SIGTERM)
-    out, err = client.communicate(timeout=120)
-    assert client.returncode == 0, err[-2000:]
-    counted = json.loads(out.strip().splitlines()[-1])
+        tally = counted(client)
     assert run.returncode == 0, text(run)[-3000:]
     assert "step 1: pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5)" in flat(run)
-    assert counted["ok"] >= 3 * RATE, counted
-    assert (counted["non_2xx"], counted["truncated"], counted["failed"], counted["lost"]) == (0, 0, 0, 0), counted
+    assert tally["ok"] >= 3 * RATE, tally
+    assert (tally["non_2xx"], tally["truncated"], tally["failed"], tally["lost"]) == (0, 0, 0, 0), tally
