@@ -193,68 +193,58 @@ def unchanged(before: dict, after: dict) -> None:
     }
 
 
-def test_two_runs_at_once_the_second_fails_in_its_plan_and_changes_nothing(host, tmp_path):
-    """The first run is held inside its open, right after it took the lock, until the second has ended: the second's
-    plan finds the lock live and stops there, naming the holder; then the first goes on and completes."""
-    hold = Hold(tmp_path, f"{OPEN}>after_lock")
-    first = start("deploy.yml", "-e", TEMPERATURE.format(0.7), env=hold.env)
-    try:
-        hold.reached(first)
-        holder = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
-        before = host_state(host)
-        second = deploy("-e", TEMPERATURE.format(0.8))
-        after = host_state(host)
-    finally:
-        hold.release()
-        first_done = finish(first, timeout=600)
-    assert second.returncode != 0
-    said = " ".join(text(second).split())
-    assert f"(run {holder})" in said and "held by" in said and "Nothing was changed" in said, said[-3000:]
-    assert "Take the rollout lock" not in second.stdout and OPEN not in second.stdout
-    unchanged(before, after)
-    assert first_done.returncode == 0, text(first_done)[-3000:]
-    assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
-    assert '"temperature": 0.7' in host.file(GENCONFIG).content_string
+def test_runs_at_once_only_the_lock_holder_changes_anything_in_either_order_they_meet_the_lock(host, tmp_path):
+    """Three runs, their order decided by the test (each held at a named point until released), not by the machine:
 
+    - `late` plans first (no lock yet: its plan finds the host free) and is held at the start of its open;
+    - `first` then takes the lock and is held right after it, inside its open;
+    - `second` plans while `first` holds the lock: its plan finds the lease live and stops there;
+    - `late` is released: its open finds the lock taken meanwhile and is refused.
 
-def test_a_run_whose_open_finds_the_lock_taken_after_its_plan_fails_and_changes_nothing(host, tmp_path):
-    """The other order: the late run's plan finds no lock, and it is held at the start of its open; meanwhile
-    another run takes the lock (held right after it). Released, the late run's open is refused: the run fails,
-    names the holder, changes nothing on the host and does not say that any host changed; the other run then
+    Both refused runs fail, name the holder, change nothing on the host (files byte for byte, every service's MainPID
+    and InvocationID, the lock still the holder's) and never say that a host changed; then `first` goes on and
     completes."""
     late = Hold(tmp_path / "late", OPEN)
     late_run = start("deploy.yml", "-e", TEMPERATURE.format(0.8), env=late.env)
-    early = Hold(tmp_path / "early", f"{OPEN}>after_lock")
-    early_run = None
+    hold = Hold(tmp_path / "first", f"{OPEN}>after_lock")
+    first = None
     try:
         late.reached(late_run)
         assert not host.file(LOCK).exists
-        early_run = start("deploy.yml", "-e", TEMPERATURE.format(0.7), env=early.env)
-        early.reached(early_run)
+        first = start("deploy.yml", "-e", TEMPERATURE.format(0.7), env=hold.env)
+        hold.reached(first)
         holder = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
         before = host_state(host)
+        second = deploy("-e", TEMPERATURE.format(0.75))
         late.release()
         refused = finish(late_run, timeout=600)
         after = host_state(host)
         still = json.loads(host.file(f"{LOCK}/owner.json").content_string)["run_id"]
     finally:
         late.release()
-        early.release()
+        hold.release()
         if late_run.returncode is None:
             finish(late_run, timeout=600)
-        early_done = finish(early_run, timeout=600) if early_run else None
+        first_done = finish(first, timeout=600) if first else None
+    unchanged(before, after)
+    assert still == holder
+    # The second run stops in its plan: it never opens an apply.
+    said = " ".join(text(second).split())
+    assert second.returncode != 0
+    assert f"(run {holder})" in said and "held by" in said and "Nothing was changed" in said, said[-3000:]
+    assert "Take the rollout lock" not in second.stdout and OPEN not in second.stdout
+    # The late run planned an apply, and its open was refused.
     said = " ".join(text(refused).split())
     assert refused.returncode != 0, said[-3000:]
     assert "apply to 1 of 1 host(s): dsv4-mol-1" in said
     assert f"(run {holder})" in said and "held by" in said and "nothing was changed" in said, said[-3000:]
-    unchanged(before, after)
-    assert still == holder
     # Its last line is the recap: nothing changed, the host failed; no line of the run says a host changed.
     last = refused.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"dsv4-mol-1 +: ok=\d+ +changed=0 +unreachable=0 +failed=1 .*", last.strip()), last
     assert not re.search(r"every host changed|rollout: [1-9]\d* changed", said), said[-3000:]
-    assert early_done.returncode == 0, text(early_done)[-3000:]
+    assert first_done.returncode == 0, text(first_done)[-3000:]
     assert all("'temperature': 0.7" in logged(host, u) for u in SERVERS)
+    assert '"temperature": 0.7' in host.file(GENCONFIG).content_string
 
 
 def test_a_stale_lock_is_reported_with_holder_age_and_how_to_clear_it(host):
