@@ -62,6 +62,9 @@ collection() {
 # lanes had finished after 55 minutes). Two fresh clones of baad45c (2026-12-07; seconds): traffic 1614 / 1532,
 # releases 381 / 356, ee 217 / 164, drift 92 / 80; failsafe 1259 / 1181, fleet 463 / 405, xpyd 535 / 484; default
 # 799 / 747, interrupted 889 / 815, monitoring 526 / 467: lanes 2304 / 2132, 2257 / 2070, 2214 / 2029.
+# Two fresh clones later that day (9d92d8c, b3791c7: the lab cases that hold runs, the pool's seams in xpyd): traffic
+# 1711 / 1653, releases 365 / 330, ee 259 / 255, drift 123 / 144; failsafe 1339 / 1283, fleet 482 / 475, xpyd 664 /
+# 650; default 976 / 843, interrupted 896 / 924, monitoring 569 / 561: lanes 2458 / 2382, 2485 / 2408, 2441 / 2328.
 # Every scenario must be in exactly one lane; monitoring runs last in its lane,
 # so the second controller's tree is built long before.
 LANES=("traffic releases ee drift" "failsafe fleet xpyd" "default interrupted monitoring")
