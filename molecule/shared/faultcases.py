@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from labtools import FAULTS, deploy, host_state, recap, runs_from_disk, text
+from labtools import FAULTS, deploy, host_state, pids, recap, runs_from_disk, text
 
 LOCK = "/run/sglang-dsv4-deploy"
 # The workers a drain took out of the router, until they are back (the host is out of rotation while it exists).
@@ -77,10 +77,6 @@ def run(settings: dict | None = None, *args: str, fault: str | None = None) -> s
 
 def temperatures(state: dict) -> dict:
     return {u: (state["units"][u]["logged"] or {}).get("temperature") for u in ("prefill", "decode")}
-
-
-def pids(state: dict) -> dict:
-    return {u: (e["pid"], e["invocation"]) for u, e in state["units"].items()}
 
 
 def name(host) -> str:

@@ -246,6 +246,11 @@ def host_state(host) -> dict:
     return json.loads(out.stdout)
 
 
+def pids(state: dict) -> dict:
+    """Each service's MainPID and InvocationID in a host_state(): the same pair is the same process of one start."""
+    return {unit: (entry["pid"], entry["invocation"]) for unit, entry in state["units"].items()}
+
+
 def runs_from_disk(state: dict) -> list[str]:
     """What is wrong with 'every service runs from exactly the files on disk' (empty when it holds)."""
     faults = []

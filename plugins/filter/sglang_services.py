@@ -8,6 +8,7 @@ from typing import Any
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_pools import (
     sglang_pool_errors,
     sglang_pool_members,
+    sglang_pool_router,
     sglang_pool_router_hosts,
     sglang_pools_left_out,
 )
@@ -31,5 +32,6 @@ class FilterModule:
             "sglang_pool_errors": sglang_pool_errors,
             "sglang_pool_members": sglang_pool_members,
             "sglang_pools_left_out": sglang_pools_left_out,
+            "sglang_pool_router": sglang_pool_router,
             "sglang_pool_router_hosts": sglang_pool_router_hosts,
         }

@@ -102,16 +102,11 @@ class Units:
         hosts = self.routers.get(self.pool_of_key[unit]) or self.members[self.pool_of_key[unit]]
         return all(host in unavailable and not unknown(unavailable[host]) for host in hosts)
 
-    def free(self, unavailable: dict[str, str]) -> list[str]:
-        """The units out of rotation that a step takes at no capacity cost, because they are known not to serve: a
-        host of its own that is out (as counted: the guard has it out already), a pool whose router host answered
-        that it does not serve. A pool with a host that could not be asked, and whose router does not say it is out,
-        costs capacity when it restarts: it may serve."""
-        return [
-            unit
-            for unit in self.down(unavailable)
-            if unit not in self.pool_of_key or self._not_serving(unit, unavailable)
-        ]
+    def costly(self, down: dict[str, str], unavailable: dict[str, str]) -> list[str]:
+        """The units of `down` (what down() counts) that a step does not take at no capacity cost: a pool with a host
+        that could not be asked and whose router host does not say it is out may serve. (A host of its own that is
+        out, and a pool whose router host answered that it does not serve, are known not to serve: free to take.)"""
+        return [unit for unit in down if unit in self.pool_of_key and not self._not_serving(unit, unavailable)]
 
     def serving(self, serving: list[str], hosts: list[str]) -> list[str]:
         """The units of `hosts` all of whose hosts serve."""
@@ -328,7 +323,6 @@ def _counted(
     inventory's, those out of rotation now (with why), those not serving at the plan, those brought back first."""
     units = Units(settings.get("pools"), [*inventory, *changing], settings.get("pool_routers") or ())
     down = units.down(unavailable)
-    free = units.free(unavailable)
     changing_units = units.units(changing)
     back = [
         unit
@@ -342,7 +336,7 @@ def _counted(
         "inventory": units.units(inventory),
         "down": down,
         # Counted out, but not known to be: a step that takes one of these pays for it.
-        "costly": [unit for unit in down if unit not in free],
+        "costly": units.costly(down, unavailable),
         "fresh": [unit for unit in changing_units if unit not in units.serving(serving, changing)],
         "back": back,
     }
@@ -356,11 +350,7 @@ def pool_outages(
     once). A pool known not to serve (its router host says so: its first deploy) has no capacity to lose; one with a
     host that could not be asked may serve, and is asked for like one in rotation."""
     units = counted["units"]
-    pools = [
-        units.pool(unit)
-        for unit in batch
-        if units.pool(unit) and (unit not in down or unit in counted.get("costly", ()))
-    ]
+    pools = [units.pool(unit) for unit in batch if units.pool(unit) and (unit not in down or unit in counted["costly"])]
     left = [unit for unit in counted["inventory"] if unit not in batch and unit not in down]
     if not pools or left:
         return []

@@ -44,6 +44,14 @@ def sglang_pool_router_hosts(topologies: dict[str, Any]) -> list[str]:
     return [str(host) for host, topology in topologies.items() if _routers(topology)]
 
 
+def sglang_pool_router(hosts: list[dict[str, Any]], pool: str) -> str | None:
+    """The host that runs the router of the pool `pool` across hosts (its drain of the pool gates every server's
+    restart); None for a pool of one host, which has no servers of other hosts to list."""
+    if not sglang_pool_members(hosts, pool):
+        return None
+    return next((str(entry["host"]) for entry in pools(hosts)[str(pool)] if _routers(entry.get("topology"))), None)
+
+
 def pools(hosts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Pool name -> its hosts ({host, pool, advertise_host, topology, and for the checks sampling, server_release,
     transfer_backend and server_flags}), in the order given (the inventory's)."""

@@ -414,7 +414,8 @@ def test_a_pool_serves_when_its_router_serves_whatever_a_member_that_answered_sa
 
 def test_a_pool_is_out_when_its_router_host_says_it_does_not_serve():
     down = {"r1": "its router's /readiness answered 503"}
-    assert steps.Units(POOLS, POOLED, ["r1", "s1"]).free(down) == ["p1"]
+    units = steps.Units(POOLS, POOLED, ["r1", "s1"])
+    assert list(units.down(down)) == ["p1"] and units.costly(units.down(down), down) == []
     # Already out: pd-a changes at no more cost, and nothing else goes with it (the guard's one unit is pd-a).
     step = steps.next_step(1, POOLED, [], POOLED, POOLED, down, {**POOL_SETTINGS, "steps": [2]})
     assert step["hosts"] == ["p1", "p2", "d1", "r1"]
@@ -437,7 +438,7 @@ def test_a_pool_with_a_host_that_could_not_be_asked_is_never_free(silent):
     assert "p1" in units.down(silent)
     # ...and, unless its router host answered that it does not serve, still costing capacity when a step takes it.
     known_out = set(silent.get("r1", "").split(":")[:1]) == {"its router's /readiness answered 503"}
-    assert units.free(silent) == (["p1"] if known_out else [])
+    assert units.costly(units.down(silent), silent) == ([] if known_out else ["p1"])
     if known_out:
         return
     held = steps.next_step(1, POOLED, [], POOLED, POOLED, silent, {**POOL_SETTINGS, "steps": [2]})

@@ -200,3 +200,16 @@ def test_the_router_hosts_are_those_whose_topology_runs_a_router():
         "all": {"prefill": {"mode": "prefill"}, "decode": {"mode": "decode"}, "router": {"mode": "router"}},
     }
     assert pools.sglang_pool_router_hosts(topologies) == ["r1", "all"]
+
+
+def test_the_pools_router_host_is_the_host_of_the_pool_that_runs_its_router():
+    entries = [
+        host("p1", {"prefill": PREFILL}, address="198.51.100.11"),
+        host("d1", {"decode": DECODE}, address="198.51.100.21"),
+        host("r1", {"router": ROUTER}, address="198.51.100.31"),
+        host("x1", {"router": ROUTER}, pool="pd-b", address="198.51.100.41"),
+    ]
+    assert pools.sglang_pool_router(entries, "pd-a") == "r1"
+    # A pool of one host lists no servers of other hosts: it has no router host of its own to wait for.
+    assert pools.sglang_pool_router(entries, "pd-b") is None
+    assert pools.sglang_pool_router(entries, "pd-z") is None

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labtools import Hold, finish, host_state, start
+from labtools import Hold, finish, host_state, pids, start
 
 from conftest import GENCONFIG, ROOT, deploy, inventory, lab_secret, recap, text
 
@@ -188,9 +188,7 @@ def test_ctrl_c_after_the_file_change_leaves_a_lock_that_is_reported_then_repair
 def unchanged(before: dict, after: dict) -> None:
     """Files byte for byte, and every service the same process of the same invocation."""
     assert after["files"] == before["files"]
-    assert {u: (e["pid"], e["invocation"]) for u, e in after["units"].items()} == {
-        u: (e["pid"], e["invocation"]) for u, e in before["units"].items()
-    }
+    assert pids(after) == pids(before)
 
 
 def test_runs_at_once_only_the_lock_holder_changes_anything_in_either_order_they_meet_the_lock(host, tmp_path):

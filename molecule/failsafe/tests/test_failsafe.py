@@ -69,7 +69,7 @@ def test_a_failed_rollback_says_so_loudly_and_the_next_run_converges(host, cases
     assert "was rolled back to its state" not in text(out)
     # Its router was asked: the rollback's restart failed after its drain, so the host is out of rotation, said so
     # from the router's and the drain's answers, and so it is on the host.
-    said = flat_text(text(out))
+    said = flat(out)
     kept = rf"The host is OUT OF ROTATION: drained[^:]*: its router.s workers are kept in {re.escape(DRAIN)}"
     assert re.search(kept, said), said[-3000:]
     assert "The host is in rotation" not in said and not in_rotation(host, ROUTER)
@@ -336,7 +336,3 @@ def test_a_drain_that_times_out_inside_the_rollback_names_the_host_out_of_rotati
     out = deploy()
     assert out.returncode == 0, text(out)[-3000:]
     assert runs_from_disk(host_state(host)) == [] and in_rotation(host, ROUTER)
-
-
-def flat_text(output: str) -> str:
-    return " ".join(output.split())

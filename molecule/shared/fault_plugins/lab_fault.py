@@ -29,6 +29,7 @@ import threading
 import time
 
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_lab_fault import RELEASE
 
 ACTIONS = ("fail", "kill", "pause", "hold")
 # A held run polls its gate's release file this often.
@@ -98,11 +99,12 @@ class CallbackModule(CallbackBase):
     def _hold(self, task, seconds: float) -> None:
         """The controller waits at the task's start until the test releases it; past `seconds` the task fails."""
         self._arrived(f"controller at {task.get_name()}")
-        deadline = time.monotonic() + (seconds or 600)
+        limit = seconds or 600
+        deadline = time.monotonic() + limit
         while not self._released():
             if time.monotonic() > deadline:
                 task.action = "ansible.builtin.fail"
-                task.args = {"msg": f"lab fault hold at {task.get_name()}: not released within {seconds or 600:g} s"}
+                task.args = {"msg": f"lab fault hold at {task.get_name()}: not released within {limit:g} s"}
                 return
             time.sleep(POLL)
 
@@ -166,7 +168,7 @@ class CallbackModule(CallbackBase):
                 self._arrived(host)
                 while not self._released():
                     time.sleep(POLL)
-                connection.sendall(b"release\n")
+                connection.sendall(RELEASE)
 
         while True:
             try:

@@ -21,7 +21,7 @@ import labtools
 import pytest
 import testinfra
 from faultcases import RESTART
-from labtools import CHAT, Hold, ask, cut_ssh, leaked, readiness, uncut
+from labtools import CHAT, Hold, ask, cut_ssh, leaked, pids, readiness, uncut
 
 from conftest import ROOT, deploy, flat, host_state, lab_secret, runs_from_disk, text
 
@@ -176,10 +176,6 @@ def test_every_host_was_drained_and_put_back_step_by_step(rollout):
             f"journalctl -u sglang-dsv4-router --since @{rollout['started']} -o cat --no-pager | grep -c 'DELETE'"
         ).stdout.strip()
         assert int(journal or 0) >= 1, name
-
-
-def pids(state: dict) -> dict:
-    return {unit: (entry["pid"], entry["invocation"]) for unit, entry in state["units"].items()}
 
 
 def test_a_fault_on_a_host_of_the_second_step_rolls_that_step_back_and_the_hosts_after_it_are_untouched(

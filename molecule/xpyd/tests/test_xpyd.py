@@ -18,7 +18,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import labtools
 import testinfra
-from labtools import ROOT, Hold, cut_ssh, deploy, flat, host_state, lab_secret, long_stream, readiness, text, uncut
+from labtools import (
+    ROOT,
+    Hold,
+    cut_ssh,
+    deploy,
+    flat,
+    host_state,
+    lab_secret,
+    long_stream,
+    pids,
+    readiness,
+    text,
+    uncut,
+)
 
 GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 PARTS = {"dsv4-xpyd-1": "prefill", "dsv4-xpyd-2": "decode", "dsv4-xpyd-3": "router", "dsv4-xpyd-5": "prefill"}
@@ -156,10 +169,7 @@ def pool_state() -> dict[str, dict]:
     found = {}
     for hostname in POOLED:
         state = host_state(lab_host(hostname))
-        found[hostname] = {
-            "files": state["files"],
-            "units": {unit: (e["pid"], e["invocation"]) for unit, e in state["units"].items()},
-        }
+        found[hostname] = {"files": state["files"], "units": pids(state)}
     return found
 
 
