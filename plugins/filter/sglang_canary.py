@@ -21,10 +21,14 @@ def sglang_canary_verdict(
     failed: list | None = None,
     compare: bool = True,
     unreachable: list | None = None,
+    unit: dict | None = None,
 ) -> dict:
-    """One round's verdict for one analysed host (module_utils/sglang_canary.py); without `compare`, the latencies
-    are not compared (no host left unchanged); with `unreachable`, the query never reached Prometheus."""
-    return sglang_canary.verdict(samples, canary, stable, thresholds, answers, failed or [], bool(compare), unreachable)
+    """One round's verdict for one analysed unit (module_utils/sglang_canary.py); without `compare`, the latencies
+    are not compared (no host left unchanged); with `unreachable`, the query never reached Prometheus; `unit`, every
+    host of the unit (a pool across hosts) with the services it runs."""
+    return sglang_canary.verdict(
+        samples, canary, stable, thresholds, answers, failed or [], bool(compare), unreachable, unit or None
+    )
 
 
 def sglang_canary_errors(thresholds: dict) -> list[str]:

@@ -10,6 +10,7 @@ from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_pools import (
     sglang_pool_members,
     sglang_pool_router,
     sglang_pool_router_hosts,
+    sglang_pool_services,
     sglang_pools_left_out,
 )
 from ansible_collections.dsv4.sglang.plugins.plugin_utils.sglang_units import (
@@ -34,4 +35,5 @@ class FilterModule:
             "sglang_pools_left_out": sglang_pools_left_out,
             "sglang_pool_router": sglang_pool_router,
             "sglang_pool_router_hosts": sglang_pool_router_hosts,
+            "sglang_pool_services": sglang_pool_services,
         }

@@ -28,12 +28,22 @@ FLEET_VALUE = re.compile(r"[A-Za-z0-9_.:@/-]+")
 # probes and metrics scrapes are no traffic.
 INFERENCE_PATHS = "/v1/chat/completions|/v1/responses|/v1/completions|/generate"
 # The scrape targets each analysed host must have, as the monitoring role's jobs label them (check, job, role).
+# The services a host of its own runs (a pool's hosts each run only those of their topology).
+SERVICES = ("prefill", "decode", "router")
 TARGETS = (
     ("up_prefill", "sglang", "prefill"),
     ("up_decode", "sglang", "decode"),
     ("up_router", "sglang-router", "router"),
     ("up_node", "node", ""),
 )
+
+
+# The PD failure counters, one query each (a query over both names would give timestamp() two series of one label
+# set): the verdict sums them.
+FAILURE_COUNTERS = {
+    "transfer_failures": "sglang:num_transfer_failed_reqs_total",
+    "bootstrap_failures": "sglang:num_bootstrap_failed_reqs_total",
+}
 
 
 def queries(hosts: list[str], window: int, fleet: str | None = None) -> dict[str, str]:
@@ -49,6 +59,11 @@ def queries(hosts: list[str], window: int, fleet: str | None = None) -> dict[str
     if fleet:
         select = f'fleet="{fleet}",{select}'
     w = f"[{int(window)}s]"
+
+    def fresh(name: str) -> str:
+        series = f"{name}{{{select}}}"
+        return f"sum by (host) ({series} and (time() - timestamp({series}) < {int(window)}))"
+
     latency = 'histogram_quantile(0.99, sum by (host, le) (rate({name}_bucket{{{select},role="decode"}}{w})))'
     requests = f'sum by (host) (increase(smg_http_requests_total{{{select},path=~"{INFERENCE_PATHS}"}}{w}))'
     errors = f'sum by (host) (increase(smg_http_responses_total{{{select},status_code=~"5.."}}{w}))'
@@ -66,10 +81,10 @@ def queries(hosts: list[str], window: int, fleet: str | None = None) -> dict[str
         "ttft_p99": latency.format(name="sglang:time_to_first_token_seconds", select=select, w=w),
         "itl_p99": latency.format(name="sglang:inter_token_latency_seconds", select=select, w=w),
         # Totals since each server's start: the canary's servers started with this change, so every failure they
-        # count is the change's (the counters appear only at a first failure: absent is none).
-        "transfer_failures": (
-            f'sum by (host) ({{__name__=~"sglang:num_(bootstrap|transfer)_failed_reqs_total",{select}}})'
-        ),
+        # count is the change's (the counters appear only at a first failure: absent is none). Only series sampled
+        # within the window: a server that stopped (the one this change replaced) leaves its last totals in a central
+        # Prometheus that federates, which keeps the host's timestamps and so marks no series stale.
+        **{check: fresh(name) for check, name in FAILURE_COUNTERS.items()},
         "defaults_in_effect": f"min by (host) (sglang_dsv4_server_defaults_in_effect{{{select}}})",
         # How old the host's newest defaults check is: an old one says nothing of the servers running now.
         "defaults_age": f"time() - max by (host) (sglang_dsv4_defaults_check_timestamp_seconds{{{select}}})",
@@ -126,11 +141,19 @@ def verdict(
     failed_queries: list[str] | tuple[str, ...] = (),
     compare: bool = True,
     unreachable: tuple[str, str] | list[str] | None = None,
+    unit: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """One round for one analysed host (the canary, or a host of a later step): {"ok", "failures": [reasons],
+    """One round for one analysed unit (the canary, or a unit of a later step): {"ok", "failures": [reasons],
     "values": {check: value}}.
 
-    `answers` are the host router's answers to the fixed prompts ({status, content}); `failed_queries` the checks
+    `canary` is the unit's judged host, which runs its router: a host of its own, or a PD pool's router host. `unit`
+    maps every host of the unit to the services it runs (default: the canary alone, with prefill, decode and router);
+    each host must have the scrape targets of its own services and node, no others. The unit is judged as one: its
+    traffic and success ratio from its router; its latencies from its decodes (the worst of them); its PD transfer
+    failures summed over its servers; the managed defaults from every server (each must be in effect, checked
+    recently). A server with no series fails the round naming it.
+
+    `answers` are the router's answers to the fixed prompts ({status, content}); `failed_queries` the checks
     whose Prometheus query failed: each fails the round, whatever a missing series would otherwise mean. Without
     `compare` (no serving host is left unchanged: the last step), the latencies are recorded, not compared; every
     other check runs as always. `unreachable` ([Prometheus host, Ansible's message]) says the query never reached
@@ -143,44 +166,72 @@ def verdict(
             "values": {},
             "failures": [f"no data: the Prometheus host {prometheus} cannot be reached: {why}"],
         }
+    members = {str(host): list(services) for host, services in (unit or {canary: list(SERVICES)}).items()}
+    pooled = len(members) > 1
+    servers = [host for host, services in members.items() if set(services) & {"prefill", "decode"}]
+    decodes = [host for host, services in members.items() if "decode" in services]
     failures: list[str] = [f"no data: the {check} query failed" for check in sorted(set(failed_queries))]
     values: dict[str, Any] = {}
 
-    def own(check: str) -> float | None:
-        return (samples.get(check) or {}).get(canary)
+    def whose(host: str) -> str:
+        return f"{host}'s" if pooled else "the canary's"
+
+    def of(check: str, host: str) -> float | None:
+        return (samples.get(check) or {}).get(host)
+
+    def each(check: str, hosts: list[str], what: str) -> list[float] | None:
+        """The check's value of every host, or None (a failure naming each host without one)."""
+        found = {host: of(check, host) for host in hosts}
+        missing = [host for host, value in found.items() if value is None]
+        if missing and check not in failed_queries:
+            failures.append(f"no data: {what} of {', '.join(missing)}" if pooled else f"no data: {what}")
+        return None if missing or not hosts else [found[host] for host in hosts]
 
     def baseline(check: str) -> float | None:
         found = [v for h, v in (samples.get(check) or {}).items() if h in stable]
         return median(found) if found else None
 
     for check, job, role in TARGETS:
-        values[check] = own(check)
+        expected = [host for host, services in members.items() if not role or role in services]
         target = f"job {job}" + (f", role {role}" if role else "")
-        if values[check] is None:
-            failures.append(f"no data: Prometheus has no up series of the canary's {target}")
-        elif values[check] != 1:
-            failures.append(f"Prometheus cannot scrape the canary's {target} (up {values[check]:g})")
-    values["requests"] = own("requests")
-    values["success"] = own("success")
+        found = [(host, of(check, host)) for host in expected]
+        values[check] = min((v for _h, v in found if v is not None), default=None)
+        for host, value in found:
+            if value is None:
+                failures.append(f"no data: Prometheus has no up series of {whose(host)} {target}")
+            elif value != 1:
+                failures.append(f"Prometheus cannot scrape {whose(host)} {target} (up {value:g})")
+    values["requests"] = of("requests", canary)
+    values["success"] = of("success", canary)
     quiet = not values["requests"] and "requests" not in failed_queries
+    router = "the canary's router" if not pooled else f"the pool's router ({canary})"
     if quiet and not t["allow_no_traffic"]:
         failures.append(
-            "no client traffic: the canary's router routed no inference request in the window"
+            f"no client traffic: {router} routed no inference request in the window"
             f" ({INFERENCE_PATHS}; the analysis' own prompts come after it). Without traffic the analysis proves"
             " nothing; allow it by name with sglang_rollout_canary_allow_no_traffic=true"
         )
     elif not quiet and values["success"] is None:
-        failures.append("no data: the success ratio of the canary's routed requests")
+        failures.append(
+            "no data: the success ratio of "
+            + (f"the requests {router} routed" if pooled else "the canary's routed requests")
+        )
     elif not quiet and values["success"] < t["min_success"]:
         failures.append(f"success ratio {values['success']:.4f} < {t['min_success']}")
     compare = compare and not quiet
     for check, label in (("ttft_p99", "time to first token p99"), ("itl_p99", "inter-token latency p99")):
-        mine, theirs = own(check), baseline(check)
+        found = [of(check, host) for host in decodes]
+        mine = None if not found or None in found else max(found)
+        theirs = baseline(check)
         values[check], values[f"{check}_stable"] = mine, theirs
         if not compare:
             continue
         if mine is None or theirs is None:
-            failures.append(f"no data: {label} of the {'canary' if mine is None else 'hosts not yet changed'}")
+            if mine is None and pooled:
+                whom = ", ".join(host for host in decodes if of(check, host) is None)
+                failures.append(f"no data: {label} of the pool's decode(s) {whom}")
+            else:
+                failures.append(f"no data: {label} of the {'canary' if mine is None else 'hosts not yet changed'}")
             continue
         if mine > theirs * t["max_latency_ratio"] and mine - theirs > t["latency_margin"]:
             failures.append(
@@ -188,23 +239,38 @@ def verdict(
                 f" ({theirs:.3f} s; limit {t['max_latency_ratio']}x)"
             )
     # Absent counters are no failure, but only from a query that answered.
-    values["transfer_failures"] = None if "transfer_failures" in failed_queries else own("transfer_failures") or 0.0
+    counted = {host: sum(of(check, host) or 0.0 for check in FAILURE_COUNTERS) for host in servers}
+    unread = [check for check in FAILURE_COUNTERS if check in failed_queries]
+    values["transfer_failures"] = None if unread else sum(counted.values())
     if values["transfer_failures"]:
-        failures.append(f"{values['transfer_failures']:.0f} PD bootstrap or KV transfer failure(s)")
-    values["defaults_in_effect"] = own("defaults_in_effect")
-    if values["defaults_in_effect"] is None:
-        failures.append("no data: whether the managed defaults are in effect (sglang_dsv4_server_defaults_in_effect)")
-    elif values["defaults_in_effect"] != 1:
-        failures.append("a server of the canary does not run with the managed sampling defaults")
-    values["defaults_age"] = own("defaults_age")
-    if values["defaults_age"] is None:
+        where = f" on {', '.join(h for h, n in counted.items() if n)}" if pooled else ""
+        failures.append(f"{values['transfer_failures']:.0f} PD bootstrap or KV transfer failure(s){where}")
+    in_effect = each(
+        "defaults_in_effect",
+        servers,
+        "whether the managed defaults are in effect (sglang_dsv4_server_defaults_in_effect)",
+    )
+    values["defaults_in_effect"] = None if in_effect is None else min(in_effect)
+    off = [host for host in servers if of("defaults_in_effect", host) not in (None, 1)]
+    if off:
         failures.append(
-            "no data: when the managed defaults were last checked (sglang_dsv4_defaults_check_timestamp_seconds)"
+            f"a server of {', '.join(off)} does not run with the managed sampling defaults"
+            if pooled
+            else "a server of the canary does not run with the managed sampling defaults"
         )
-    elif values["defaults_age"] > t["max_signal_age"]:
+    ages = each(
+        "defaults_age",
+        servers,
+        "when the managed defaults were last checked (sglang_dsv4_defaults_check_timestamp_seconds)",
+    )
+    values["defaults_age"] = None if ages is None else max(ages)
+    stale = [host for host in servers if (of("defaults_age", host) or 0) > t["max_signal_age"]]
+    if stale:
+        worst = max(of("defaults_age", host) for host in stale)
         failures.append(
-            f"the canary's defaults were last checked {values['defaults_age']:.0f} s ago, more than"
-            f" sglang_rollout_canary_max_signal_age={t['max_signal_age']}: it says nothing of the servers running now"
+            f"{'the defaults of ' + ', '.join(stale) if pooled else 'the canary' + chr(39) + 's defaults'} were last"
+            f" checked {worst:.0f} s ago, more than sglang_rollout_canary_max_signal_age={t['max_signal_age']}: it"
+            " says nothing of the servers running now"
         )
     values["repetition"], why = repetition(answers)
     if values["repetition"] is None:

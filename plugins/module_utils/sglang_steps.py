@@ -35,6 +35,10 @@ COUNT = re.compile(r"^[0-9]+$")
 UNKNOWN = ("cannot be asked", "cannot be reached", "did not answer", "not in the inventory", "not asked", "failed in")
 
 
+# The services a host of its own runs (a pool's hosts run those their topology names: settings["pool_services"]).
+SERVICES = ("prefill", "decode", "router")
+
+
 def unknown(why: Any) -> bool:
     """Whether a host's why says the count could not learn whether it serves."""
     return str(why).startswith(UNKNOWN)
@@ -51,7 +55,11 @@ class Units:
     router (what serves the pool)."""
 
     def __init__(
-        self, pools: dict[str, Any] | None, order: list[str], routers: list[str] | tuple[str, ...] = ()
+        self,
+        pools: dict[str, Any] | None,
+        order: list[str],
+        routers: list[str] | tuple[str, ...] = (),
+        services: dict[str, Any] | None = None,
     ) -> None:
         named = {str(host): str(pool) for host, pool in (pools or {}).items() if pool}
         members: dict[str, list[str]] = {}
@@ -62,6 +70,11 @@ class Units:
         self.key = {host: hosts[0] for hosts in self.members.values() for host in hosts}
         self.pool_of_key = {hosts[0]: pool for pool, hosts in self.members.items()}
         self.routers = {pool: [host for host in hosts if host in routers] for pool, hosts in self.members.items()}
+        self._services = {str(host): list(found) for host, found in (services or {}).items() if found}
+
+    def services(self, host: str) -> list[str]:
+        """The services a host runs (a pool's host: those of its topology; a host of its own: all three)."""
+        return list(self._services.get(host) or SERVICES) if host in self.key else list(SERVICES)
 
     def unit(self, host: str) -> str:
         return self.key.get(host, host)
@@ -282,14 +295,49 @@ def _seconds(value: Any) -> float | None:
 
 
 def step_of(
-    number: int, hosts: list[str], pending_after: list[str], serving: list[str], analysis: bool
+    number: int,
+    hosts: list[str],
+    pending_after: list[str],
+    serving: list[str],
+    analysis: bool,
+    units: Units | None = None,
 ) -> dict[str, Any]:
-    """What one step's analysis judges: the step's hosts that served before the run (a host's first start had no
-    traffic to judge), against the hosts that serve and have not changed yet (none: the latencies are not
-    compared, every other check still runs)."""
+    """What one step's analysis judges, unit by unit, against the hosts that serve and have not changed yet (none:
+    the latencies are not compared, every other check still runs). A host of its own is judged when it served before
+    the run (a host's first start had no traffic to judge), as a whole: its prefill, decode and router. A pool across
+    hosts is judged as one unit, through its router host, when that host served before the run: the judged host
+    (step["analysed"]) maps, in step["judge"], to every host of the pool with the services it runs (each host is
+    expected to export only those). A pool of the step with no router host in it cannot be judged
+    (step["unjudged"]: the plan refuses the run)."""
+    units = units or Units(None, hosts)
     stable = [host for host in pending_after if host in serving]
-    analysed = [host for host in hosts if host in serving] if analysis else []
-    return {"step": number, "hosts": hosts, "analysed": analysed, "stable": stable, "compare": bool(stable)}
+    judge: dict[str, dict[str, list[str]]] = {}
+    names: list[str] = []
+    unjudged: list[str] = []
+    for unit in units.units(hosts) if analysis else []:
+        pool = units.pool(unit)
+        if pool is None:
+            if unit in serving:
+                judge[unit] = {unit: units.services(unit)}
+                names.append(unit)
+            continue
+        members = units.expand([unit], hosts)
+        router = next((host for host in members if host in units.routers.get(pool, ())), None)
+        if router is None:
+            unjudged.append(units.name(unit, hosts))
+        elif router in serving:
+            judge[router] = {host: units.services(host) for host in members}
+            names.append(f"pool {pool} (through {router})")
+    return {
+        "step": number,
+        "hosts": hosts,
+        "analysed": list(judge),
+        "analysed_names": names,
+        "judge": judge,
+        "unjudged": unjudged,
+        "stable": stable,
+        "compare": bool(stable),
+    }
 
 
 def describe_step(step: dict[str, Any], total: int, guard_now: int, unavailable: list[str]) -> str:
@@ -302,13 +350,14 @@ def describe_step(step: dict[str, Any], total: int, guard_now: int, unavailable:
         text += f"; the step asks {step['wanted']}, the guard allows {size}"
         text += f": {len(unavailable)} of {guard_now} already out of rotation" if unavailable else ""
     text += ")"
+    judged = step.get("analysed_names") or step["analysed"]
     if not step["analysed"]:
         text += "; analysis: none" + ("" if step.get("analysis", True) else " (sglang_rollout_analysis=false)")
     elif step["compare"]:
-        text += f"; analysis of {', '.join(step['analysed'])} against {', '.join(step['stable'])} (not yet changed)"
+        text += f"; analysis of {', '.join(judged)} against {', '.join(step['stable'])} (not yet changed)"
     else:
         text += (
-            f"; analysis of {', '.join(step['analysed'])} without latency comparison (no host left unchanged):"
+            f"; analysis of {', '.join(judged)} without latency comparison (no host left unchanged):"
             " success, transfer failures, defaults in effect, answers"
         )
     if step.get("estimate") is not None:
@@ -321,7 +370,12 @@ def _counted(
 ) -> dict[str, Any]:
     """What the guard and the steps count, in units (a host, or a pool across hosts as one): the run's units, the
     inventory's, those out of rotation now (with why), those not serving at the plan, those brought back first."""
-    units = Units(settings.get("pools"), [*inventory, *changing], settings.get("pool_routers") or ())
+    units = Units(
+        settings.get("pools"),
+        [*inventory, *changing],
+        settings.get("pool_routers") or (),
+        settings.get("pool_services"),
+    )
     down = units.down(unavailable)
     changing_units = units.units(changing)
     back = [
@@ -409,7 +463,7 @@ def plan(
             else pool_outages(batch["hosts"], counted, down, settings.get("allow_pool_outage") or ())
         )
         pending = [host for host in pending if host not in hosts]
-        step = step_of(batch["step"], hosts, pending, serving, bool(settings["analysis"]))
+        step = step_of(batch["step"], hosts, pending, serving, bool(settings["analysis"]), units)
         step.update(
             wanted=batch["wanted"],
             stopped=batch["stopped"] or bool(outage),
@@ -475,14 +529,9 @@ def plan(
         "serving": serving,
         # Pools whose step would take the inventory's last capacity, not allowed by name: the plan refuses the run.
         "refused": refused,
-        # Pools a step's analysis would judge: it judges each host as a whole single host, which a pool's hosts are
-        # not (every round would fail, and the pool roll back after its restarts): the plan refuses the run.
-        "pool_analysis": [
-            units.name(units.members[pool][0], changing)
-            for step in steps
-            if step["analysed"]
-            for pool in step.get("pools") or []
-        ],
+        # Pools a step's analysis cannot judge (no host of the pool in the step runs its router: the inventory's pool
+        # checks allow none such): the plan refuses the run rather than start one that can only roll back.
+        "pool_analysis": [name for step in steps for name in step.get("unjudged") or []],
     }
 
 
@@ -517,7 +566,7 @@ def next_step(
     outage = pool_outages(batch["hosts"], counted, out, settings.get("allow_pool_outage") or ())
     hosts = [] if outage else units.expand(batch["hosts"], pending)
     after = [host for host in pending if host not in hosts]
-    step = step_of(number, hosts, after, serving, bool(settings["analysis"]))
+    step = step_of(number, hosts, after, serving, bool(settings["analysis"]), units)
     step.update(wanted=batch["wanted"], analysis=bool(settings["analysis"]), pending=pending, held=bool(after))
     if hosts:
         _with_units(step, batch["hosts"], counted, changing)

@@ -44,6 +44,16 @@ def sglang_pool_router_hosts(topologies: dict[str, Any]) -> list[str]:
     return [str(host) for host, topology in topologies.items() if _routers(topology)]
 
 
+def sglang_pool_services(topologies: dict[str, Any]) -> dict[str, list[str]]:
+    """The services each host runs (host -> its sglang_services_topology), in the order prefill, decode, router:
+    what the analysis expects each host of a pool to export, and no more."""
+    services = {}
+    for host, topology in topologies.items():
+        modes = {svc["mode"] for _name, svc in _servers(topology)} | ({"router"} if _routers(topology) else set())
+        services[str(host)] = [mode for mode in (*SERVER_MODES, "router") if mode in modes]
+    return services
+
+
 def sglang_pool_router(hosts: list[dict[str, Any]], pool: str) -> str | None:
     """The host that runs the router of the pool `pool` across hosts (its drain of the pool gates every server's
     restart); None for a pool of one host, which has no servers of other hosts to list."""

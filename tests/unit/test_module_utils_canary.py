@@ -29,6 +29,7 @@ def healthy(**override) -> dict:
         "ttft_p99": {"gpu-1": 0.21, "gpu-2": 0.2, "gpu-3": 0.19, "gpu-4": 0.25},
         "itl_p99": dict.fromkeys(["gpu-1", *STABLE], 0.02),
         "transfer_failures": {},
+        "bootstrap_failures": {},
         "defaults_in_effect": dict.fromkeys(["gpu-1", *STABLE], 1.0),
         "defaults_age": dict.fromkeys(["gpu-1", *STABLE], 40.0),
     }
@@ -63,6 +64,7 @@ def test_a_canary_like_the_others_passes():
         ({"ttft_p99": {"gpu-1": 1.9}}, None, "time to first token p99 1.900 s is 9.50x the hosts not yet changed"),
         ({"itl_p99": {"gpu-1": 0.2}}, None, "inter-token latency p99 0.200 s is 10.00x"),
         ({"transfer_failures": {"gpu-1": 2.0}}, None, "2 PD bootstrap or KV transfer failure(s)"),
+        ({"bootstrap_failures": {"gpu-1": 1.0}}, None, "1 PD bootstrap or KV transfer failure(s)"),
         ({"defaults_in_effect": {"gpu-1": 0.0}}, None, "does not run with the managed sampling defaults"),
         ({"up_decode": {"gpu-1": 0.0}}, None, "Prometheus cannot scrape the canary's job sglang, role decode (up 0)"),
         ({"up_node": {"gpu-1": 0.0}}, None, "Prometheus cannot scrape the canary's job node (up 0)"),
@@ -133,6 +135,7 @@ def test_queries_select_the_hosts_by_their_monitoring_label_and_window():
         "ttft_p99",
         "itl_p99",
         "transfer_failures",
+        "bootstrap_failures",
         "defaults_in_effect",
         "defaults_age",
     }
@@ -145,6 +148,11 @@ def test_queries_select_the_hosts_by_their_monitoring_label_and_window():
     assert "smg_http_responses_total" not in q["requests"]
     assert 'up{host=~"gpu-1\\\\.example\\\\.com|gpu-2",job="sglang",role="prefill"}' in q["up_prefill"]
     assert 'job="node"}' in q["up_node"]
+    # The failure totals of the servers running now only: a series not sampled within the window is a stopped
+    # server's (a federating Prometheus keeps it), one counter per query.
+    for check, name in canary.FAILURE_COUNTERS.items():
+        series = name + '{host=~"gpu-1\\\\.example\\\\.com|gpu-2"}'
+        assert q[check] == f"sum by (host) ({series} and (time() - timestamp({series}) < 60))"
     with pytest.raises(ValueError, match="cannot be a Prometheus label value"):
         canary.queries(['gpu-1"} or vector(1) #'], 60)
 
@@ -288,3 +296,87 @@ def test_a_prometheus_that_cannot_be_reached_fails_the_round_as_no_data_naming_i
     ]
     # Reached: judged on its samples as always.
     assert canary.verdict({}, "gpu-1", STABLE, THRESHOLDS, answers(VARIED, VARIED), [], True, [])["failures"]
+
+
+# A PD pool across hosts judged as one unit through its router host r1: prefills p1 and p2, decode d1.
+POOL = {"p1": ["prefill"], "p2": ["prefill"], "d1": ["decode"], "r1": ["router"]}
+EXPORTS = {"up_prefill": ["p1", "p2"], "up_decode": ["d1"], "up_router": ["r1"], "up_node": [*POOL]}
+
+
+def pool_samples(**override) -> dict:
+    """A round's samples where the pool serves like the hosts not yet changed: each of its hosts exports only the
+    series of the services it runs (a prefill host no decode latency, the router host no server series)."""
+    samples = healthy()
+    for check, hosts in EXPORTS.items():
+        samples[check] = {**samples[check], **dict.fromkeys(hosts, 1.0)}
+    samples["requests"]["r1"], samples["success"]["r1"] = 500.0, 1.0
+    samples["ttft_p99"]["d1"], samples["itl_p99"]["d1"] = 0.22, 0.02
+    for check, value in (("defaults_in_effect", 1.0), ("defaults_age", 30.0)):
+        samples[check] = {**samples[check], **dict.fromkeys(["p1", "p2", "d1"], value)}
+    for check, values in override.items():
+        samples[check] = {**samples[check], **values}
+    for check in samples:
+        for host in [h for h, v in samples[check].items() if v is None]:
+            del samples[check][host]
+    return samples
+
+
+def judge_pool(samples: dict, given: list | None = None) -> dict:
+    given = answers(VARIED, VARIED) if given is None else given
+    return canary.verdict(samples, "r1", STABLE, THRESHOLDS, given, (), True, None, POOL)
+
+
+def test_a_pool_like_the_others_passes_judged_as_one_unit_each_host_on_the_services_it_runs():
+    result = judge_pool(pool_samples())
+    assert result == {"ok": True, "failures": [], "values": result["values"]}
+    values = result["values"]
+    # Traffic from its router host, latency from its decode, defaults from every server.
+    assert values["requests"] == 500.0 and values["ttft_p99"] == 0.22 and values["ttft_p99_stable"] == 0.2
+    assert values["defaults_in_effect"] == 1.0 and values["defaults_age"] == 30.0 and values["transfer_failures"] == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        # KV transfer failures counted on any server of the pool (the decode that pulled, or a prefill).
+        ({"transfer_failures": {"d1": 3.0}}, "3 PD bootstrap or KV transfer failure(s) on d1"),
+        ({"transfer_failures": {"p2": 1.0, "d1": 2.0}}, "3 PD bootstrap or KV transfer failure(s) on p2, d1"),
+        ({"bootstrap_failures": {"p1": 1.0}}, "1 PD bootstrap or KV transfer failure(s) on p1"),
+        # The defaults of every server: one prefill without them fails the pool.
+        ({"defaults_in_effect": {"p2": 0.0}}, "a server of p2 does not run with the managed sampling defaults"),
+        ({"defaults_in_effect": {"p1": None}}, "no data: whether the managed defaults are in effect"),
+        ({"defaults_age": {"p1": 900.0}}, "the defaults of p1 were last checked 900 s ago"),
+        ({"defaults_age": {"d1": None}}, "no data: when the managed defaults were last checked"),
+        # Latency from the pool's decodes.
+        ({"ttft_p99": {"d1": 2.0}}, "time to first token p99 2.000 s is 10.00x the hosts not yet changed"),
+        ({"itl_p99": {"d1": None}}, "no data: inter-token latency p99 of the pool's decode(s) d1"),
+        # Traffic and success through its router host.
+        ({"success": {"r1": 0.9}}, "success ratio 0.9000 < 0.99"),
+        ({"requests": {"r1": 0.0}}, "no client traffic: the pool's router (r1) routed no inference request"),
+        ({"success": {"r1": None}}, "no data: the success ratio of the requests the pool's router (r1) routed"),
+        # Each host's own scrape targets.
+        ({"up_prefill": {"p2": None}}, "no data: Prometheus has no up series of p2's job sglang, role prefill"),
+        ({"up_decode": {"d1": 0.0}}, "Prometheus cannot scrape d1's job sglang, role decode (up 0)"),
+        ({"up_router": {"r1": None}}, "no data: Prometheus has no up series of r1's job sglang-router, role router"),
+        ({"up_node": {"p1": None}}, "no data: Prometheus has no up series of p1's job node"),
+    ],
+)
+def test_a_pool_fails_its_round_by_name_on_any_of_its_hosts(override, reason):
+    result = judge_pool(pool_samples(**override))
+    assert not result["ok"] and any(reason in failure for failure in result["failures"]), result["failures"]
+
+
+def test_a_pool_host_is_not_asked_for_series_of_services_it_does_not_run():
+    # The pool's hosts have no series of the services they do not run (p1 no decode, r1 no server): that passes.
+    samples = pool_samples()
+    for check in ("up_decode", "up_router"):
+        assert "p1" not in samples[check]
+    for check in ("up_prefill", "up_decode", "defaults_in_effect", "defaults_age"):
+        assert "r1" not in samples[check]
+    assert judge_pool(samples)["ok"]
+    # Judged as a host of its own, the same router host fails for want of its servers' series.
+    single = canary.verdict(samples, "r1", STABLE, THRESHOLDS, answers(VARIED, VARIED), (), True, None, None)
+    assert (
+        not single["ok"]
+        and "no data: Prometheus has no up series of the canary's job sglang, role prefill" in (single["failures"])
+    )

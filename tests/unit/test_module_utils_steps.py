@@ -505,10 +505,52 @@ def test_a_refused_pool_outage_names_what_else_is_out_of_rotation():
     assert "in rotation (out of rotation: h1: its router's /readiness answered 503): a pool's" in line
 
 
-def test_a_plan_whose_analysis_would_judge_a_pool_names_it_and_one_that_would_not_names_none():
-    analysed = {**POOL_SETTINGS, "analysis": True}
+POOL_SERVICES = {
+    "p1": ["prefill"],
+    "p2": ["prefill"],
+    "d1": ["decode"],
+    "r1": ["router"],
+    "q1": ["prefill"],
+    "e1": ["decode"],
+    "s1": ["router"],
+}
+
+
+def test_the_analysis_judges_a_pool_as_one_unit_through_its_router_host_and_a_host_of_its_own_as_itself():
+    analysed = {**POOL_SETTINGS, "analysis": True, "pool_services": POOL_SERVICES}
     plan = steps.plan(POOLED, POOLED, POOLED, {}, analysed, {})
-    assert plan["pool_analysis"] == ["pool pd-a (p1, p2, d1, r1)", "pool pd-b (q1, e1, s1)"]
-    assert steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})["pool_analysis"] == []
-    # A pool on its first deploy served no traffic to judge: nothing of it is analysed.
-    assert steps.plan(["p1", "p2", "d1", "r1"], [], POOLED, {}, analysed, {})["pool_analysis"] == []
+    first, second, third = plan["steps"][:3]
+    # The pool is judged once, by its router host, with every host of it and only the services each one runs.
+    assert first["analysed"] == ["r1"] and first["analysed_names"] == ["pool pd-a (through r1)"]
+    assert first["judge"] == {"r1": {"p1": ["prefill"], "p2": ["prefill"], "d1": ["decode"], "r1": ["router"]}}
+    assert first["stable"] == ["q1", "e1", "s1", "h1", "h2"] and first["compare"]
+    assert second["judge"] == {"s1": {"q1": ["prefill"], "e1": ["decode"], "s1": ["router"]}}
+    # A host of its own is judged as itself, with all three of its services.
+    assert third["judge"] == {"h1": {"h1": ["prefill", "decode", "router"]}}
+    assert plan["pool_analysis"] == [] and plan["analysis"]
+    line = next(line for line in plan["lines"] if line.startswith("step 1:"))
+    assert "; analysis of pool pd-a (through r1) against q1, e1, s1, h1, h2 (not yet changed)" in line
+    # Without the analysis, nothing is judged.
+    assert [s["judge"] for s in steps.plan(POOLED, POOLED, POOLED, {}, POOL_SETTINGS, {})["steps"]] == [{}] * 4
+
+
+def test_a_pool_is_judged_when_its_router_host_served_whatever_a_new_member_says_and_not_on_its_first_deploy():
+    analysed = {**POOL_SETTINGS, "analysis": True, "pool_services": POOL_SERVICES}
+    # p2 is new (its first deploy: it served nothing before the run); the pool served through r1: it is judged,
+    # p2 with it (its series must be there after the step like every member's).
+    serving = [host for host in POOLED if host != "p2"]
+    plan = steps.plan(POOLED, serving, POOLED, {}, analysed, {})
+    assert plan["steps"][0]["judge"] == {
+        "r1": {"p1": ["prefill"], "p2": ["prefill"], "d1": ["decode"], "r1": ["router"]}
+    }
+    # The whole pool on its first deploy (its router served nothing): no traffic to judge, nothing analysed.
+    first = steps.plan(["p1", "p2", "d1", "r1"], [], POOLED, {}, analysed, {})
+    assert first["steps"][0]["analysed"] == [] and first["pool_analysis"] == []
+
+
+def test_a_pool_with_no_router_host_in_its_step_cannot_be_judged_and_the_plan_names_it():
+    # The inventory's pool checks refuse such a pool; the analysis never takes it for judged all the same.
+    analysed = {**POOL_SETTINGS, "analysis": True, "pool_routers": ["s1"], "pool_services": POOL_SERVICES}
+    plan = steps.plan(POOLED, POOLED, POOLED, {}, analysed, {})
+    assert plan["pool_analysis"] == ["pool pd-a (p1, p2, d1, r1)"]
+    assert "r1" not in plan["steps"][0]["judge"]

@@ -200,6 +200,14 @@ def test_the_router_hosts_are_those_whose_topology_runs_a_router():
         "all": {"prefill": {"mode": "prefill"}, "decode": {"mode": "decode"}, "router": {"mode": "router"}},
     }
     assert pools.sglang_pool_router_hosts(topologies) == ["r1", "all"]
+    # What each host runs (what the analysis asks each host of a pool to export): its modes, in one order.
+    assert pools.sglang_pool_services({**topologies, "pd": {"d": {"mode": "decode"}, "p": {"mode": "prefill"}}}) == {
+        "p1": ["prefill"],
+        "r1": ["router"],
+        "x1": [],
+        "all": ["prefill", "decode", "router"],
+        "pd": ["prefill", "decode"],
+    }
 
 
 def test_the_pools_router_host_is_the_host_of_the_pool_that_runs_its_router():

@@ -1,11 +1,13 @@
 """One PD pool across four lab hosts (2P1D and a router host) and a host of its own after the side effect (molecule
 verify): each host runs its own part of the pool, the router lists every server of it, every server runs from what
 the rolled-back pool holds (0.7); then, last, the pool's sampling change under load through the balancer loses no
-request."""
+request and passes its step analysis; before it, a KV transfer fault on one prefill fails the pool's analysis and
+rolls the whole pool back."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +39,8 @@ GENCONFIG = "/srv/models/DeepSeek-V4-Flash/generation_config.json"
 PARTS = {"dsv4-xpyd-1": "prefill", "dsv4-xpyd-2": "decode", "dsv4-xpyd-3": "router", "dsv4-xpyd-5": "prefill"}
 # The host of its own: prefill, decode and router on it.
 ALONE = "dsv4-xpyd-4"
+# The GPU hosts (dsv4-xpyd-6 is the central Prometheus, checked through the analysis that reads it).
+testinfra_hosts = [f"ansible://dsv4-xpyd-{number}" for number in range(1, 6)]
 
 
 def name(host) -> str:
@@ -158,6 +162,13 @@ AS_LEFT = {"sglang_genconfig_temperature": 0.7}
 POOL_DRAIN = "Take the pool's workers out of rotation before its servers restart"
 # The capacity guard's count (the plan's is the first).
 COUNT = "Ask every serving host of the inventory at once whether it is in rotation"
+# The step analysis on, judged on the central Prometheus dsv4-xpyd-6 (its settings: the hosts' host_vars).
+ANALYSED = {"sglang_rollout_analysis": True}
+# The analysis' first task, once the step's servers restarted and proved themselves.
+ANALYSIS_START = "Let the step's hosts serve before judging them (initial delay)"
+# The lab's KV transfer fault (roles/lab_hosts/files/sglang_lab_standin.py): the prefill start it names refuses
+# every KV transfer.
+TRANSFER_FAULT = "/run/sglang-dsv4-lab-transfer-fault"
 
 
 def lab_host(hostname: str):
@@ -277,36 +288,87 @@ def test_a_pool_host_that_cannot_be_asked_at_the_guards_count_leaves_no_free_ste
     assert pool_state() == before
 
 
-def test_a_pool_rollout_with_the_step_analysis_is_refused_before_any_host_changes():
+def test_a_kv_transfer_fault_on_one_prefill_fails_the_pools_analysis_and_rolls_the_whole_pool_back(tmp_path):
+    """The pool's sampling change with the step analysis on, under load through the balancer, held once its servers
+    restarted and proved themselves (before the analysis' first round); then the lab's KV transfer fault is put on
+    dsv4-xpyd-5, one prefill: the requests the router sends through it fail on the decode, which counts each. The
+    pool, judged as one unit through its router host, fails its analysis on those transfer failures, and the whole
+    pool rolls back: files byte for byte, every server running from them, the pool back in rotation."""
     before = pool_state()
-    # (Its windows long enough for the lab's scrapes: the analysis' own settings pass their checks.)
-    analysed = {"sglang_rollout_analysis": True, "sglang_rollout_canary_sample_seconds": 4}
-    out = labtools.finish(pool_run({"sglang_genconfig_temperature": 0.75, **analysed}))
+    client = under_load()
+    hold = Hold(tmp_path, ANALYSIS_START)
+    run = pool_run({"sglang_genconfig_temperature": 0.74, **ANALYSED}, env=hold.env)
+    prefill = lab_host("dsv4-xpyd-5")
+    try:
+        hold.reached(run)
+        # On its new server's start only: the rollback's restart brings up a sound one.
+        prefill.run(f"systemctl show -P InvocationID sglang-dsv4-prefill > {TRANSFER_FAULT}")
+    finally:
+        hold.release()
+        try:
+            out = labtools.finish(run, timeout=900)
+        finally:
+            prefill.run(f"rm -f {TRANSFER_FAULT}")
+            counted(client)
     said = flat(out)
     assert out.returncode != 0
-    assert "sglang_rollout_analysis=true: the step analysis judges each host of a step as a whole single host" in said
-    assert "pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5)" in said, said[-3000:]
-    assert "Take the lock, snapshot" not in out.stdout
-    assert pool_state() == before
+    assert "; analysis of pool pd-lab (through dsv4-xpyd-3) without latency comparison" in said, said[-4000:]
+    assert "step 1 (the canary) failed its analysis: dsv4-xpyd-3: " in said, said[-6000:]
+    assert re.search(r"[1-9][0-9]* PD bootstrap or KV transfer failure\(s\) on dsv4-xpyd-2", said), said[-6000:]
+    for hostname in POOLED:
+        assert f"{hostname} was rolled back to its state before this run" in said, hostname
+    after = pool_state()
+    assert {h: after[h]["files"] for h in POOLED} == {h: before[h]["files"] for h in POOLED}
+    # Every server restarted again, onto the restored defaults (its current start's own line); the router kept running.
+    for hostname, part in PARTS.items():
+        if part == "router":
+            assert after[hostname]["units"]["router"] == before[hostname]["units"]["router"]
+            continue
+        assert after[hostname]["units"][part] != before[hostname]["units"][part], hostname
+        invocation = after[hostname]["units"][part][1]
+        journal = lab_host(hostname).check_output(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
+        assert "{'temperature': 0.7, 'top_p': 0.95}" in journal, hostname
+    assert readiness(POOL_ROUTER) == 200
 
 
 # --- last: the pool's sampling change under load, through the balancer ------------------------------------------
 
 
-def test_the_pools_sampling_change_under_load_through_the_balancer_loses_no_request():
+def test_the_pools_sampling_change_under_load_through_the_balancer_passes_its_analysis_and_loses_no_request():
     """A steady stream of streaming chats through the lab balancer, in front of the pool's router and the host of its
     own, while the pool changes its sampling defaults as one step: its router host takes its workers out (the
-    balancer sends everything to dsv4-xpyd-4), its servers restart, the workers go back. Counted by the client
+    balancer sends everything to dsv4-xpyd-4), its servers restart, the workers go back; then the step analysis
+    judges the pool as one unit on the central Prometheus (traffic through its router, latency from its decode,
+    defaults from every server, each host's own scrape targets) and passes. Counted by the client
     (bench/loadgen.py: non-2xx, cut streams, refused connections)."""
     client = under_load()
     try:
         time.sleep(3)
-        run = deploy("--limit", POOL_HOSTS, "-e", '{"sglang_genconfig_temperature": 0.75}')
+        run = deploy("--limit", POOL_HOSTS, "-e", json.dumps({"sglang_genconfig_temperature": 0.75, **ANALYSED}))
         # The pool back in rotation gets traffic again before the load stops.
         time.sleep(3)
     finally:
         tally = counted(client)
+    said = flat(run)
     assert run.returncode == 0, text(run)[-3000:]
-    assert "step 1: pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5)" in flat(run)
+    assert "step 1: pool pd-lab (dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5)" in said
+    # Judged once, through its router host, on the evidence of every host of the pool: each round names the pool's
+    # hosts, and its values hold the router's traffic and the decode's latency.
+    # (Quotes escaped where the run printed its results as JSON.)
+    rounds = re.findall(
+        r"analysis of dsv4-xpyd-3 \(its pool dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5\) round ([0-9])/3:"
+        r' (ok|FAILED: .*?) (\{\\?"up_prefill\\?": [^}]*\})',
+        said,
+    )
+    assert [number for number, _verdict, _values in rounds] == ["1", "2", "3"], said[-6000:]
+    passed = [json.loads(values.replace('\\"', '"')) for _n, verdict, values in rounds if verdict == "ok"]
+    assert len(passed) >= 2, rounds
+    for values in passed:
+        # Every host's own targets up; the router's traffic, the decode's latency, every server's defaults.
+        assert [values[f"up_{target}"] for target in ("prefill", "decode", "router", "node")] == [1, 1, 1, 1]
+        assert values["requests"] > 0 and values["success"] >= 0.99, rounds
+        assert values["ttft_p99"] > 0 and values["itl_p99"] > 0, rounds
+        assert values["defaults_in_effect"] == 1 and values["transfer_failures"] == 0, rounds
+    assert "analysis of dsv4-xpyd-1" not in said and "analysis of dsv4-xpyd-2" not in said
     assert tally["ok"] >= 3 * RATE, tally
     assert (tally["non_2xx"], tally["truncated"], tally["failed"], tally["lost"]) == (0, 0, 0, 0), tally

@@ -18,7 +18,11 @@ server-sent events when asked, the first after SGLANG_LAB_FIRST_TOKEN_SECONDS mo
 token a bad change makes, that only a canary's comparison of live latency finds); the model load at start takes
 SGLANG_LAB_STARTUP_SECONDS; with SGLANG_LAB_TRANSFORMERS_CLASS_DEFAULTS=1 its defaults take transformers' class
 defaults for the keys generation_config.json leaves out (a lab fault: the leak of sglang issue 11574); with
---max-running-requests N the N+1st request waits in the queue; on SIGTERM it drains as SGLang does.
+--max-running-requests N the N+1st request waits in the queue; on SIGTERM it drains as SGLang does. While the file
+TRANSFER_FAULT on its host names its systemd invocation (INVOCATION_ID), a prefill's KV bootstrap server refuses every
+transfer (a lab fault of that one start of the server: the decode that pulls counts the failure in
+sglang:num_transfer_failed_reqs_total and aborts the request, as SGLang does when a KV transfer fails; the server's
+next start, a rollback's, is sound again); a test puts it on a held run's new server.
 
 Standard library only, so it runs on a bare Debian host.
 """
@@ -990,6 +994,20 @@ def _sigterm(app: ServerApp, httpd: ThreadingHTTPServer) -> None:
     threading.Thread(target=watchdog, daemon=True).start()
 
 
+# LAB FAULT: while this file on a lab host names a prefill's systemd invocation, its KV bootstrap server refuses
+# every transfer.
+TRANSFER_FAULT = os.environ.get("SGLANG_LAB_TRANSFER_FAULT_FILE", "/run/sglang-dsv4-lab-transfer-fault")
+
+
+def _transfer_fault() -> bool:
+    """Whether the lab's transfer fault names this server's start (its systemd invocation)."""
+    invocation = os.environ.get("INVOCATION_ID")
+    try:
+        return bool(invocation) and Path(TRANSFER_FAULT).read_text().strip() == invocation
+    except OSError:
+        return False
+
+
 class BootstrapHandler(BaseHTTPRequestHandler):
     """The prefill's KV bootstrap server, as far as a GPU-less host can go: it listens on
     --disaggregation-bootstrap-port at --host and answers GET /health with "OK" (sglang 0.5.23,
@@ -1017,6 +1035,9 @@ class BootstrapHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._reply(200, "OK")
+        elif (self.path.startswith("/route?") or self.path == "/route") and _transfer_fault():
+            log.error("lab fault injection: %s names this start, this KV transfer is refused", TRANSFER_FAULT)
+            self._reply(503, "lab fault: KV transfer refused")
         elif self.path.startswith("/route?") or self.path == "/route":
             began = time.monotonic()
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)

@@ -569,3 +569,29 @@ def test_a_decode_pulls_the_kv_cache_from_the_bootstrap_the_request_names_and_fa
     assert _samples(call(urls["decode"] + "/metrics")[1])[failed] == before + 1
     # Sent to a decode without a bootstrap (not from a PD router), a request is served as before.
     assert call(urls["decode"] + "/v1/chat/completions", body)[0] == 200
+
+
+def test_the_transfer_fault_makes_a_prefills_bootstrap_refuse_transfers_while_its_file_names_this_start(
+    tmp_path, monkeypatch
+):
+    """The lab's KV transfer fault: while TRANSFER_FAULT names the server's systemd invocation, the prefill's
+    bootstrap server refuses /route (the decode that asks counts a failed transfer, tested above); naming another
+    start (the server restarted since) or removed, it answers again. Its health stays 200."""
+    fault = tmp_path / "transfer-fault"
+    monkeypatch.setattr(standin, "TRANSFER_FAULT", str(fault))
+    monkeypatch.setenv("INVOCATION_ID", "0123abcd")
+    server = standin.ThreadingHTTPServer(("127.0.0.1", 0), standin.BootstrapHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert call(url + "/route?bootstrap_room=1")[0] == 200
+        fault.write_text("0123abcd\n")
+        assert call(url + "/route?bootstrap_room=2")[0] == 503
+        assert call(url + "/health")[0] == 200
+        fault.write_text("another start\n")
+        assert call(url + "/route?bootstrap_room=3")[0] == 200
+        fault.unlink()
+        assert call(url + "/route?bootstrap_room=4")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
