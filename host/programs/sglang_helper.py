@@ -34,9 +34,9 @@ try:  # in a module (Ansiballz) and on the controller
 except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
     from sglang_metrics import metrics  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
-    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import record
+    from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import UnreadableWeightsError, record
 except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
-    from sglang_records import record  # type: ignore[no-redef]
+    from sglang_records import UnreadableWeightsError, record  # type: ignore[no-redef]
 try:  # in a module (Ansiballz) and on the controller
     from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import undrain_guard
 except ImportError:  # on a host, installed beside it (the helper set, roles/sglang_common)
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "record":
         try:
             entry = record(argv[1], argv[2:])
-        except UnsafeFileError as error:
+        except (UnsafeFileError, UnreadableWeightsError) as error:
             say(f"sglang-dsv4: refusing to start: {error}", sys.stderr)
             return 1
         say(f"sglang-dsv4: starting from inputs {entry['digest'][:12]}, sampling defaults {entry['defaults']}")

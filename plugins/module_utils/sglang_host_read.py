@@ -24,7 +24,12 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import (
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_host_checks import check_errors
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import input_digest, inputs_digest, weights_now
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
+    UnreadableWeightsError,
+    input_digest,
+    inputs_digest,
+    weights_now,
+)
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import read_releases, releases_found
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import (
     defaults_errors,
@@ -144,7 +149,20 @@ READ_SPEC: dict[str, dict[str, Any]] = {
 
 
 def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The host's state and plan; `module` runs commands and fails the call, `params` are the read's options."""
+    """The host's state and plan; `module` runs commands and fails the call, `params` are the read's options. Weights
+    that cannot be read whole fail it, naming the path: their version is unknown, never a definite one."""
+    try:
+        return _read(module, params)
+    except UnreadableWeightsError as error:
+        module.fail_json(
+            msg=f"{error}: the weights' version is unknown, so this host's plan cannot say whether its servers must"
+            " restart (a model reload) nor prove what they run. Nothing was changed. Mount the share or fix its"
+            " permissions (sglang_common_model_path), then run again."
+        )
+        raise  # fail_json exits; reached only with a module that does not
+
+
+def _read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     diffs: list[dict] = []
     changes: list[str] = []
     desired: dict[str, str | None] = {}
@@ -273,8 +291,9 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
 def plan_weights(model_path: str | None, state: dict[str, Any], groups: dict[str, str]) -> dict[str, Any] | None:
     """The weight version of the model directory's weights manifest now (what the servers' next start gets,
     module_utils/sglang_records.py), how many weight files it names, and the version each server's current start
-    got (None: no record of one)."""
-    if not model_path:
+    got (None: no record of one). A host that runs no server (an xPyD pool's router host) loads no weights: it has
+    no weight version, and its model directory may hold none."""
+    if not model_path or "servers" not in groups.values():
         return None
     return {
         **weights_now(model_path),

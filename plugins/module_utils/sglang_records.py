@@ -66,22 +66,37 @@ def distributions(prefix: str) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+class UnreadableWeightsError(OSError):
+    """The model directory's weights cannot be read whole (not listed, a file that cannot be stat'ed, none at all):
+    their version is unknown, and is never given as a definite one (an empty manifest's digest is no version)."""
+
+
 def weights_manifest(model_dir: str) -> list[tuple[str, int, int]]:
     """(name, size, mtime_ns) of every weight file at the top of model_dir, by name; links are followed (a Hugging
-    Face cache links its snapshot's files to blobs), and a dangling one counts as size -1. Hashing hundreds of GB at
-    every plan is no plan: a file rewritten in place with its size and modification time kept goes unnoticed, a copy
-    of the same weights counts as new ones (one restart too many, never one too few)."""
+    Face cache links its snapshot's files to blobs). Hashing hundreds of GB at every plan is no plan: a file rewritten
+    in place with its size and modification time kept goes unnoticed, a copy of the same weights counts as new ones
+    (one restart too many, never one too few).
+
+    Raises UnreadableWeightsError when the directory cannot be listed (a share not mounted yet, a stale handle, root
+    squash), holds no weight file, or names one that cannot be stat'ed (a dangling link, a file gone mid-read)."""
     try:
         names = sorted(n for n in os.listdir(model_dir) if n.endswith(WEIGHT_SUFFIXES))
-    except OSError:
-        return []
+    except OSError as error:
+        raise UnreadableWeightsError(
+            f"the model directory {model_dir} cannot be listed: {error.strerror or error}"
+        ) from error
+    if not names:
+        raise UnreadableWeightsError(
+            f"the model directory {model_dir} holds no weight file (*{', *'.join(WEIGHT_SUFFIXES)}): a share not"
+            " mounted yet, or not the model's directory"
+        )
     manifest = []
     for name in names:
+        path = os.path.join(model_dir, name)
         try:
-            info = os.stat(os.path.join(model_dir, name))
-        except OSError:
-            manifest.append((name, -1, 0))
-            continue
+            info = os.stat(path)
+        except OSError as error:
+            raise UnreadableWeightsError(f"the weight file {path} cannot be read: {error.strerror or error}") from error
         if not stat.S_ISDIR(info.st_mode):
             manifest.append((name, info.st_size, info.st_mtime_ns))
     return manifest
@@ -201,4 +216,8 @@ def runs_from_disk(record_path: str, invocation: str) -> bool:
     inputs = entry.get("inputs")
     if not isinstance(inputs, dict):
         return False
-    return entry.get("digest") == inputs_digest({path: input_digest(path) for path in inputs})
+    try:
+        return entry.get("digest") == inputs_digest({path: input_digest(path) for path in inputs})
+    except UnreadableWeightsError:
+        # Its weights cannot be read now: that it runs from the files on disk is not known, so it is not said.
+        return False

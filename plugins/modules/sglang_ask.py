@@ -178,7 +178,7 @@ from ansible_collections.dsv4.sglang.plugins.module_utils import (
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_files import load
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import call
-from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import weights_now
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import UnreadableWeightsError, weights_now
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_sampling_defaults import sampling_of
 
 # Every question at once, up to this many in flight (the verification asks at most 64 and one greedy).
@@ -210,7 +210,10 @@ def weights(module: AnsibleModule) -> dict | None:
         if why:
             module.fail_json(msg=f"{server['name']}: {why}")
         reported[server["name"]] = version
-    now = weights_now(p["model_path"])
+    try:
+        now = weights_now(p["model_path"])
+    except UnreadableWeightsError as error:
+        module.fail_json(msg=f"{error}: the weight version the servers must report is unknown, so it proves nothing")
     return {"model_path": p["model_path"], "expected": now["version"], "files": now["files"], "servers": reported}
 
 

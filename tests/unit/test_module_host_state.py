@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import (
     sglang_commands,
     sglang_host_checks,
@@ -136,3 +137,27 @@ def test_the_probe_reads_only_the_current_invocations_startup_line_and_names_wha
     assert sglang_probe.logged_defaults("") is None
     mode, why = sglang_probe.sampling_mode("http://127.0.0.1:9/health", "k", timeout=2)
     assert mode is None and why.startswith("http://127.0.0.1:9/server_info answered nothing")
+
+
+def test_weights_that_cannot_be_read_fail_the_host_read_naming_the_path_and_a_router_host_reads_none(
+    tmp_path, monkeypatch
+):
+    """A server host's plan reads its weight version; a share not mounted fails the read (sglang_host_state and the
+    open's read alike), naming the path and the variable, before anything changes. A host that runs no server (a
+    pool's router host) loads no weights and reads none."""
+    gone = str(tmp_path / "not-mounted")
+
+    class FailedError(Exception):
+        pass
+
+    class Fails(Module):
+        def fail_json(self, msg):
+            raise FailedError(msg)
+
+    with pytest.raises(state.UnreadableWeightsError, match="cannot be listed"):
+        state.plan_weights(gone, {}, {"sglang-dsv4-prefill": "servers", "sglang-dsv4-router": "router"})
+    assert state.plan_weights(gone, {}, {"sglang-dsv4-router": "router"}) is None
+    monkeypatch.setattr(state, "_read", lambda module, params: state.plan_weights(gone, {}, {"p": "servers"}))
+    said = r"not-mounted cannot be listed.*Nothing was changed.*sglang_common_model_path"
+    with pytest.raises(FailedError, match=said):
+        state.read(Fails(), {})

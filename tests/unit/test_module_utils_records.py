@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 
+import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_records as records
 
 
@@ -44,10 +46,8 @@ def test_record_keeps_the_runtime_it_started_from(tmp_path, monkeypatch):
 
 def test_the_weights_input_follows_the_weight_files_names_sizes_and_times_and_nothing_else(tmp_path):
     spec = f"weights:{tmp_path}"
-    empty = records.input_digest(spec)
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"a" * 8)
     one = records.input_digest(spec)
-    assert one != empty
     # generation_config.json and the other small files are inputs of their own: a sampling change is no new weights.
     (tmp_path / "generation_config.json").write_text("{}")
     (tmp_path / "config.json").write_text("{}")
@@ -61,16 +61,51 @@ def test_the_weights_input_follows_the_weight_files_names_sizes_and_times_and_no
     stat = shard.stat()
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # the same size, written again
     assert records.input_digest(spec) not in (two, None)
-    # A Hugging Face cache links each file to its blob: the target is what counts; a dangling link counts too.
-    (tmp_path / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "blob")
-    dangling = records.input_digest(spec)
+    # A Hugging Face cache links each file to its blob: the target is what counts.
     (tmp_path / "blob").write_bytes(b"c")
-    assert records.input_digest(spec) != dangling
+    (tmp_path / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "blob")
     assert [name for name, _size, _mtime in records.weights_manifest(str(tmp_path))] == [
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
         "model.safetensors.index.json",
     ]
+
+
+def test_weights_that_cannot_be_read_whole_have_no_version_never_the_empty_manifests(tmp_path, monkeypatch):
+    """A share not mounted yet (no weight file), a directory that cannot be listed (a stale handle, root squash) and
+    a weight file that cannot be stat'ed (a dangling link) are unknown weights: UnreadableWeightsError, naming the path
+    and why, from every reader (the plan's, the verification's, a start's record); never the version of an empty
+    manifest, which used to be recorded as --weight-version and compared as if known."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    empty = re.escape(f"the model directory {model} holds no weight file")
+    for reader in (records.weights_manifest, records.weights_digest, records.weights_now):
+        with pytest.raises(records.UnreadableWeightsError, match=empty):
+            reader(str(model))
+    with pytest.raises(records.UnreadableWeightsError, match="cannot be listed: No such file or directory"):
+        records.input_digest(f"weights:{tmp_path / 'not-mounted'}")
+    (model / "model.safetensors").symlink_to(tmp_path / "blob-gone")
+    with pytest.raises(records.UnreadableWeightsError, match=r"the weight file .*model\.safetensors cannot be read"):
+        records.weights_now(str(model))
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(records.os, "listdir", refused)
+    with pytest.raises(records.UnreadableWeightsError, match="cannot be listed: Permission denied"):
+        records.weights_manifest(str(model))
+    monkeypatch.undo()
+    # A start refuses to record (and so to start) on weights it cannot read; what runs is not said to run from disk.
+    monkeypatch.setenv("INVOCATION_ID", "inv-2")
+    with pytest.raises(records.UnreadableWeightsError):
+        records.record(str(tmp_path / "run/sglang-dsv4-decode.json"), [f"weights:{model}"])
+    assert not (tmp_path / "run/sglang-dsv4-decode.weights.env").exists()
+    (tmp_path / "blob-gone").write_bytes(b"w")
+    records.record(str(tmp_path / "run/sglang-dsv4-decode.json"), [f"weights:{model}"])
+    assert records.runs_from_disk(str(tmp_path / "run/sglang-dsv4-decode.json"), "inv-2")
+    (tmp_path / "blob-gone").unlink()
+    assert not records.runs_from_disk(str(tmp_path / "run/sglang-dsv4-decode.json"), "inv-2")
 
 
 def test_a_start_records_its_weight_version_and_hands_it_to_systemd_beside_its_record(tmp_path, monkeypatch):

@@ -28,6 +28,7 @@ from labtools import (
     flat,
     host_state,
     lab_secret,
+    leaked,
     long_stream,
     pids,
     readiness,
@@ -236,6 +237,9 @@ def test_a_pool_drain_that_times_out_restarts_no_server_of_the_pool_and_the_run_
     assert (tally["non_2xx"], tally["truncated"], tally["failed"]) == (0, 0, 0), tally
 
 
+ROTATED_ADMIN_KEY = "rotated-admin-key-of-the-pool-0123456789"
+
+
 def test_an_admin_key_rotated_on_the_pools_router_host_drains_the_pool_and_cuts_no_stream():
     """A change only the pool's router takes (its admin key, and back): its router host drains the pool first, as a
     host of its own does, restarts only the router, and puts the pool back; no server restarts, nothing is cut."""
@@ -244,7 +248,7 @@ def test_an_admin_key_rotated_on_the_pools_router_host_drains_the_pool_and_cuts_
     client = under_load()
     try:
         time.sleep(3)
-        rotated = labtools.finish(pool_run({"sglang_services_admin_key": "rotated-admin-key-of-the-pool-0123456789"}))
+        rotated = labtools.finish(pool_run({"sglang_services_admin_key": ROTATED_ADMIN_KEY}))
         back = labtools.finish(pool_run({}))
     finally:
         tally = counted(client)
@@ -262,6 +266,12 @@ def test_an_admin_key_rotated_on_the_pools_router_host_drains_the_pool_and_cuts_
     assert int(journal or 0) >= 2, journal
     assert readiness(POOL_ROUTER) == 200
     assert (tally["non_2xx"], tally["truncated"], tally["failed"]) == (0, 0, 0), tally
+    # Neither key, the rotated one nor the lab's, is kept anywhere on a host of the pool outside its key folders, nor
+    # printed by either run.
+    keys = (ROTATED_ADMIN_KEY, lab_secret("sglang_services_admin_key"))
+    assert [key for key in keys if key in text(rotated) + text(back)] == []
+    for hostname in POOLED:
+        assert leaked(lab_host(hostname), *keys) == [], hostname
 
 
 def test_a_pool_host_that_cannot_be_asked_at_the_guards_count_leaves_no_free_step(tmp_path):
