@@ -13,7 +13,8 @@ first N hosts (--limit):
                    managed defaults and generation_config.json, restart prefill and decode in one systemctl call,
                    wait for both servers' /health and the router's /readiness, one chat request with the key
   article's way    the source article's manual fix (ssh, heredoc, systemctl restart), on the largest change size
-  guard's count    the capacity guard's one count over a simulated inventory of 100 hosts (bench/guard.py)
+  guard's count    the capacity guard's one count over a simulated inventory of 100 hosts (bench/guard.py), and its
+                   dispatch over simulated fleets of 100 and 1,000 hosts (healthy, and 5% silent)
   under load       (--load, or --load-only to replace only that section) a sampling change rolled over 4 hosts
                    one at a time (batch 1) while bench/loadgen.py sends streaming chat requests through the lab
                    balancer (HAProxy), with the drain on and off: requests answered, refused and cut mid-stream
@@ -876,6 +877,7 @@ def main(argv: list[str]) -> int:
         try:
             samples = {} if args.load_only else measure(args.sizes, args.change_sizes, args.runs, inventory)
             counted = None if args.load_only else guard.measure(100, args.runs)
+            fleet = [] if args.load_only else guard.fleet([100, 1000], args.runs)
             loaded = under_load(4, inventory, [0.7, 0.65]) if args.load or args.load_only else []
         finally:
             lab(hosts, "absent", inventory)
@@ -890,7 +892,7 @@ def main(argv: list[str]) -> int:
     if args.load_only:
         args.output.write_text(old.split(LOAD_HEADING, 1)[0].rstrip("\n") + "\n" + loads + tail)
     else:
-        counts = "\n\n" + guard.report(counted) + "\n"
+        counts = "\n\n" + guard.report(counted) + "\n\n" + guard.fleet_report(fleet) + "\n"
         args.output.write_text(
             report(samples, args.sizes, args.change_sizes, args.runs, command) + counts + loads + tail
         )

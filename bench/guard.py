@@ -1,11 +1,18 @@
 """The capacity guard's count on a simulated inventory (action plugin sglang_fleet_rotation), for BENCHMARKS.md.
 
-    .venv/bin/python bench/guard.py [--hosts 100] [--runs 3]
+    .venv/bin/python bench/guard.py [--hosts 100] [--runs 3] [--fleet 100,1000]
 
 An inventory of --hosts hosts on this machine's loopback: half answer (a local connection, a router whose /readiness
 answers 200), half cannot be reached (ssh to a closed port: counted out of rotation, named). One ad-hoc run of the
 action per run; the count's own seconds (what the action reports) and the whole ansible call's wall time, medians.
 Every host must come back with the answer it should have, or the script fails.
+
+At fleet size (--fleet): the count's dispatch itself (count_all, the action's queue of questions with each host's
+own timeout) over 100 and 1,000 simulated hosts that each answer healthy after 0.3 s, with the action's default
+workers (64) and host timeout (30 s), and a variant where 5% never answer (host timeout 10 s, to keep it short):
+its wall time, how many healthy hosts it counted out (goal 0), whether every silent host was counted out by name,
+and the controller's CPU seconds. The simulated question only waits: a real host's question adds its connection's
+cost on the controller (an ssh client process each), measured by the loopback count above.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -132,11 +140,113 @@ def report(found: dict) -> str:
     return "\n".join(lines)
 
 
+FLEET_ANSWER_SECONDS = 0.3
+FLEET_SILENT_SHARE = 0.05
+FLEET_SILENT_TIMEOUT = 10
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def simulate(hosts: int, silent_share: float = 0.0) -> dict:
+    """One count_all over `hosts` simulated hosts, `silent_share` of them never answering."""
+    sys.path.insert(0, str(ROOT / ".collections"))
+    from ansible_collections.dsv4.sglang.plugins.action.sglang_fleet_rotation import count_all
+    from ansible_collections.dsv4.sglang.plugins.modules.sglang_fleet_rotation import ARGUMENT_SPEC
+
+    names = [f"gpu-{number:04d}" for number in range(hosts)]
+    silent = set(names[:: int(1 / silent_share)] if silent_share else [])
+    never = threading.Event()
+
+    def ask(host: str) -> dict:
+        if host in silent:
+            never.wait()
+        time.sleep(FLEET_ANSWER_SECONDS)
+        return {"available": True, "why": "", "drained_serving": False}
+
+    workers = ARGUMENT_SPEC["workers"]["default"]
+    timeout = FLEET_SILENT_TIMEOUT if silent else ARGUMENT_SPEC["host_timeout"]["default"]
+    cpu, started = cpu_seconds(), time.monotonic()
+    answers = count_all(names, ask, workers, timeout)
+    wall, cpu = time.monotonic() - started, cpu_seconds() - cpu
+    never.set()
+    out = {host for host, found in answers.items() if not found["available"]}
+    named = all(answers[host]["why"] == f"did not answer within {timeout} s of its question" for host in silent)
+    return {
+        "hosts": hosts,
+        "silent": len(silent),
+        "workers": workers,
+        "timeout": timeout,
+        "wall": wall,
+        "cpu": cpu,
+        "healthy_out": len(out - silent),
+        "silent_named": named and silent <= out,
+    }
+
+
+def fleet(sizes: list[int], runs: int) -> list[dict]:
+    """Each size, all healthy and with 5% silent, `runs` times: medians of wall and CPU, the worst of the rest."""
+    found = []
+    for hosts in sizes:
+        for share in (0.0, FLEET_SILENT_SHARE):
+            samples = [simulate(hosts, share) for _run in range(runs)]
+            found.append(
+                {
+                    **samples[0],
+                    "runs": runs,
+                    "wall": statistics.median(s["wall"] for s in samples),
+                    "cpu": statistics.median(s["cpu"] for s in samples),
+                    "healthy_out": max(s["healthy_out"] for s in samples),
+                    "silent_named": all(s["silent_named"] for s in samples),
+                }
+            )
+            print(f"fleet {hosts} silent {found[-1]['silent']}: {found[-1]}", file=sys.stderr)
+    return found
+
+
+def fleet_report(found: list[dict]) -> str:
+    runs = found[0]["runs"] if found else 0
+    lines = [
+        "## The capacity guard's count at fleet size (simulated)",
+        "",
+        f"`.venv/bin/python bench/guard.py --fleet {','.join(str(f['hosts']) for f in found[::2])} --runs {runs}`:",
+        "the count's dispatch (`count_all` of the action plugin sglang_fleet_rotation: at most `workers` questions at",
+        "once, each host given its own time from its question's start) over simulated hosts that each answer healthy",
+        f"after {FLEET_ANSWER_SECONDS} s, at the action's defaults; and with {FLEET_SILENT_SHARE:.0%} of them never",
+        f"answering (host timeout {FLEET_SILENT_TIMEOUT} s, to keep the run short). Medians of {runs} runs; healthy",
+        "hosts counted out: the worst run. The simulated question only waits: a real host's adds its connection's cost",
+        "on the controller (the loopback count above measures it).",
+        "",
+        "| hosts | silent | workers | host timeout | wall | goal | healthy counted out (goal 0) | silent named |"
+        " controller CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in found:
+        goal = "at most 20 s" if f["hosts"] == 1000 and not f["silent"] else "-"
+        met = "" if goal == "-" else (" (met)" if f["wall"] <= 20 else " (NOT met)")
+        lines.append(
+            f"| {f['hosts']} | {f['silent']} | {f['workers']} | {f['timeout']} s | {f['wall']:.2f} s | {goal}{met} |"
+            f" {f['healthy_out']} | {'yes' if f['silent_named'] else 'NO'} | {f['cpu']:.2f} s |"
+        )
+    lines += [
+        "",
+        "Before (2026-12-07, issue 61): one 30 s deadline for the whole count, 32 at a time: with 1,000 healthy hosts",
+        "answering in 0.3 s each, 871 were counted out of rotation.",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--fleet", default="", help="simulated fleet sizes, such as 100,1000 (only those)")
     args = parser.parse_args(argv)
+    if args.fleet:
+        print(fleet_report(fleet([int(size) for size in args.fleet.split(",")], args.runs)))
+        return 0
     print(report(measure(args.hosts, args.runs)))
     return 0
 

@@ -6,8 +6,11 @@ options Ansible would use for it: its inventory's ansible_host, ansible_port, an
 in threads: the guard's wall time is the slowest host's answer, not the sum of them. Each host runs the same
 question module sglang_in_rotation asks (module_utils/sglang_rotation.py, in_rotation), sent with the program on
 the connection's stdin (no module payload, no temporary file), as root (sudo -n where the play becomes and the
-connecting user is not root). A host that cannot be asked (unreachable, no answer in time, an answer that is not
-the program's) is out of rotation and named: the unknown never counts as serving.
+connecting user is not root). At most `workers` hosts are asked at once, each given `host_timeout` seconds from its
+own question's start, so a fleet of N hosts is counted within about ceil(N / workers) x host_timeout whatever its
+size, and no healthy host is counted out for waiting in the queue. A host that cannot be asked (unreachable, no
+answer in its time, an answer that is not the program's) is out of rotation and named: the unknown never counts as
+serving.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import functools
 import getpass
 import json
+import math
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleError
@@ -90,6 +95,64 @@ def run_call(connection: Any, command: str, payload: bytes) -> dict[str, Any]:
     return answer(rc, stdout, stderr)
 
 
+def bound(hosts: int, workers: int, host_timeout: int) -> int:
+    """The count's bound in seconds once its questions start: each of `workers` slots asks one host after another,
+    each for at most `host_timeout` s, so ceil(hosts / workers) questions in a row at most (and one more round of
+    slack for the threads' own scheduling)."""
+    return (math.ceil(hosts / max(1, workers)) + 1) * host_timeout
+
+
+def count_all(
+    hosts: list[str], ask: Callable[[str], dict[str, Any]], workers: int, host_timeout: float
+) -> dict[str, dict[str, Any]]:
+    """Every host's answer: at most `workers` questions at once, each host given `host_timeout` seconds from when its
+    own question starts (never from the count's start: a long queue counts no healthy host out). A host that does not
+    answer in its time is out ("did not answer within ..."), and its slot goes to the next host (its thread is left to
+    end on its own, a daemon that never holds the worker's exit). A host whose turn never came within the count's
+    bound (bound()) is out as "not asked", never as one that did not answer. The unknown never counts as serving."""
+    workers = max(1, int(workers))
+    queue = list(reversed(hosts))
+    answers: dict[str, dict[str, Any]] = {}
+    running: dict[str, float] = {}
+    done = threading.Condition()
+    late = bound(len(hosts), workers, int(host_timeout))
+    deadline = time.monotonic() + late
+
+    def one(host: str) -> None:
+        try:
+            found = ask(host)
+        except Exception as error:  # an answer, whatever went wrong: the count never waits for a dead thread
+            found = unavailable(f"cannot be asked: {error}")
+        with done:
+            if host in running:
+                answers[host] = found
+                del running[host]
+            done.notify_all()
+
+    with done:
+        while queue or running:
+            now = time.monotonic()
+            for host in [h for h, began in running.items() if now - began >= host_timeout]:
+                answers[host] = unavailable(f"did not answer within {host_timeout:g} s of its question")
+                del running[host]
+            if now >= deadline:
+                break
+            while queue and len(running) < workers:
+                host = queue.pop()
+                running[host] = time.monotonic()
+                threading.Thread(target=one, args=(host,), daemon=True, name=f"rotation-{host}").start()
+            if running:
+                first = min(running.values())
+                done.wait(timeout=max(0.0, min(first + host_timeout, deadline) - time.monotonic()))
+        for host in running:
+            answers[host] = unavailable(f"did not answer before the count's bound of {late} s")
+        running.clear()
+    return {
+        host: answers.get(host) or unavailable(f"not asked: the count's bound of {late} s ended before its turn")
+        for host in hosts
+    }
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -99,38 +162,26 @@ class ActionModule(ActionBase):
         _spec, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         hostvars = (task_vars or {}).get("hostvars", {})
         started = time.monotonic()
-        answers: dict[str, dict[str, Any]] = {}
-        done = threading.Condition()
-        slots = threading.BoundedSemaphore(max(1, args["workers"]))
-
         # Each host's connection and command are made here, in the worker's own thread, where Ansible templates
         # variables; the threads only run them.
         calls = {host: self._prepare(host, hostvars, args) for host in args["hosts"]}
         prepared = time.monotonic() - started
 
-        def ask(host: str) -> None:
-            with slots:
-                try:
-                    found = calls[host] if isinstance(calls[host], dict) else run_call(*calls[host])
-                except Exception as error:
-                    found = unavailable(f"cannot be reached: {error}")
-            with done:
-                answers[host] = found
-                done.notify_all()
+        def ask(host: str) -> dict[str, Any]:
+            if isinstance(calls[host], dict):
+                return calls[host]
+            try:
+                return run_call(*calls[host])
+            except Exception as error:
+                return unavailable(f"cannot be reached: {error}")
 
-        # Daemon threads: a host that hangs past `wait` is answered for, and never holds the worker's exit.
-        for host in args["hosts"]:
-            threading.Thread(target=ask, args=(host,), daemon=True, name=f"rotation-{host}").start()
-        deadline = started + args["wait"]
-        with done:
-            while len(answers) < len(args["hosts"]) and time.monotonic() < deadline:
-                done.wait(timeout=max(0.0, deadline - time.monotonic()))
-            answers = {
-                host: answers.get(host) or unavailable(f"did not answer within {args['wait']} s")
-                for host in args["hosts"]
-            }
+        answers = count_all(args["hosts"], ask, args["workers"], args["host_timeout"])
         result.update(
-            changed=False, hosts=answers, seconds=round(time.monotonic() - started, 3), prepared=round(prepared, 3)
+            changed=False,
+            hosts=answers,
+            seconds=round(time.monotonic() - started, 3),
+            prepared=round(prepared, 3),
+            bound=bound(len(args["hosts"]), args["workers"], args["host_timeout"]),
         )
         return result
 

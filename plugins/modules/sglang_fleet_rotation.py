@@ -17,8 +17,12 @@ description:
     C(/usr/bin/python3) (or its C(ansible_python_interpreter)) from a program sent on the connection's stdin;
     no module payload and no temporary file. As root, with C(sudo -n) where the play becomes and the connecting user
     is not root (another become method cannot be used, and the host is named).
-  - A host that cannot be asked (unreachable, no answer within O(wait) seconds, an answer that is not the
-    program's) is out of rotation, with why. The unknown never counts as serving.
+  - At most O(workers) hosts are asked at once, each given O(host_timeout) seconds from when its own question
+    starts (never from the count's start): the count of N hosts is bounded by (ceil(N / O(workers)) + 1) x
+    O(host_timeout) seconds (returned as C(bound)), and a long queue counts no healthy host out.
+  - A host that cannot be asked (unreachable, no answer within O(host_timeout) seconds of its question, an answer
+    that is not the program's) is out of rotation, with why; one whose turn never came within the bound is "not
+    asked". The unknown never counts as serving.
   - Changes nothing; runs in check mode too. An action plugin; the module itself runs nowhere.
 options:
   hosts:
@@ -51,14 +55,15 @@ options:
     description: Seconds each router and service has to answer, on the host.
     type: int
     default: 5
-  wait:
-    description: Seconds the whole count may take; a host that has not answered by then is out of rotation.
+  host_timeout:
+    description: Seconds each host has to answer, counted from when its own question starts (its connection
+      included); a host that has not answered by then is out of rotation.
     type: int
     default: 30
   workers:
-    description: Hosts asked at the same time.
+    description: Hosts asked at the same time (each a connection, and on ssh a client process, on the controller).
     type: int
-    default: 32
+    default: 64
 author: dsv4 deployment team (@dsv4)
 """
 
@@ -83,6 +88,10 @@ prepared:
   description: Of those, the seconds spent making each host's connection and command (on the controller, in turn).
   returned: always
   type: float
+bound:
+  description: The count's bound in seconds once its questions start, (ceil(hosts / workers) + 1) x host_timeout.
+  returned: always
+  type: int
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -95,8 +104,8 @@ ARGUMENT_SPEC = {
     "status_file": {"type": "str", "default": "/var/lib/sglang-dsv4/rollout.json"},
     "drain_state": {"type": "str", "default": "/run/sglang-dsv4/drain.json"},
     "timeout": {"type": "int", "default": 5},
-    "wait": {"type": "int", "default": 30},
-    "workers": {"type": "int", "default": 32},
+    "host_timeout": {"type": "int", "default": 30},
+    "workers": {"type": "int", "default": 64},
 }
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def test_an_answer_that_is_not_the_programs_is_out_of_rotation_with_what_came_ba
     assert forged["available"] is False and forged["why"].startswith("cannot be asked: rc=0")
 
 
-def count(tmp_path: Path, inventory: dict, hosts: list[str], router_urls: dict, wait: int = 20) -> dict:
+def count(tmp_path: Path, inventory: dict, hosts: list[str], router_urls: dict, host_timeout: int = 20) -> dict:
     """One real count: ansible's ad-hoc run of the action on the first host, its result read from the tree
     callback."""
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")
@@ -125,7 +126,7 @@ def count(tmp_path: Path, inventory: dict, hosts: list[str], router_urls: dict, 
         "router_urls": router_urls,
         "status_file": str(tmp_path / "none.json"),
         "drain_state": str(tmp_path / "drain.json"),
-        "wait": wait,
+        "host_timeout": host_timeout,
         "timeout": 2,
     }
     env = {
@@ -181,7 +182,7 @@ def test_one_count_asks_every_host_at_once_and_names_those_that_cannot_be_asked(
     hosts = [*inventory, "h5"]
     urls = {host: router for host in inventory} | {"h2": f"http://127.0.0.1:{closed_port()}"}
     try:
-        result = count(tmp_path, inventory, hosts, urls, wait=10)
+        result = count(tmp_path, inventory, hosts, urls, host_timeout=10)
     finally:
         hang.close()
     answers = result["hosts"]
@@ -189,6 +190,55 @@ def test_one_count_asks_every_host_at_once_and_names_those_that_cannot_be_asked(
     assert answers["h1"]["available"] is True and answers["h1"]["router_url"] == router
     assert answers["h2"]["why"] == "its router's /readiness answered nothing (no connection)"
     assert answers["h3"]["available"] is False and answers["h3"]["why"].startswith("cannot be reached: ")
-    assert answers["h4"] == {"available": False, "why": "did not answer within 10 s", "drained_serving": False}
+    assert answers["h4"] == {
+        "available": False,
+        "why": "did not answer within 10 s of its question",
+        "drained_serving": False,
+    }
     assert answers["h5"] == {"available": False, "why": "not in the inventory", "drained_serving": False}
     assert all(answers[f"s{number}"]["available"] for number in range(6))
+
+
+def simulated(seconds: float, silent: frozenset[str] = frozenset()):
+    """A simulated host's question: healthy after `seconds`, or (a silent host) never within the test."""
+
+    def ask(host: str) -> dict:
+        time.sleep(600 if host in silent else seconds)
+        return {"available": True, "why": "", "drained_serving": False}
+
+    return ask
+
+
+def test_each_host_has_its_own_time_from_its_question_so_a_long_queue_counts_no_healthy_host_out():
+    """200 healthy hosts answering in 0.2 s, 4 at a time, each given 5 s: the queue is 10 s long, twice a host's
+    time, and every host is counted in rotation (one deadline for the whole count counted the tail of it out)."""
+    hosts = [f"h{number}" for number in range(200)]
+    answers = fleet.count_all(hosts, simulated(0.2), workers=4, host_timeout=5)
+    assert [host for host, found in answers.items() if not found["available"]] == []
+
+
+def test_a_silent_host_is_out_by_name_after_its_own_time_and_its_slot_goes_to_the_next_host():
+    hosts = [f"h{number}" for number in range(40)]
+    silent = frozenset({"h0", "h1", "h17"})
+    answers = fleet.count_all(hosts, simulated(0.05, silent), workers=2, host_timeout=5)
+    out = {host: found["why"] for host, found in answers.items() if not found["available"]}
+    assert out == dict.fromkeys(sorted(silent, key=hosts.index), "did not answer within 5 s of its question")
+
+
+def test_a_host_whose_turn_never_came_within_the_bound_is_not_asked_never_did_not_answer(monkeypatch):
+    # One question at a time; h1 never answers; the bound made 3 s: the count stops there, h1 cut by the bound and
+    # the hosts it never reached "not asked".
+    monkeypatch.setattr(fleet, "bound", lambda hosts, workers, host_timeout: 3)
+    answers = fleet.count_all([f"h{n}" for n in range(6)], simulated(0, frozenset({"h1"})), workers=1, host_timeout=60)
+    whys = [found["why"] for found in answers.values()]
+    assert whys[0] == "" and whys[1] == "did not answer before the count's bound of 3 s"
+    assert whys[2:] == ["not asked: the count's bound of 3 s ended before its turn"] * 4
+    # (Both are unknown to the guard: never counted as serving, never as known to be out.)
+    from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_steps
+
+    assert all(sglang_steps.unknown(why) for why in whys[1:])
+
+
+def test_the_bound_grows_with_the_inventory_over_the_workers():
+    assert fleet.bound(1000, 64, 30) == 17 * 30
+    assert fleet.bound(10, 64, 30) == 2 * 30
