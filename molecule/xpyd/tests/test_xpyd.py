@@ -163,8 +163,10 @@ AS_LEFT = {"sglang_genconfig_temperature": 0.7}
 POOL_DRAIN = "Take the pool's workers out of rotation before its servers restart"
 # The capacity guard's count (the plan's is the first).
 COUNT = "Ask every serving host of the inventory at once whether it is in rotation"
-# The step analysis on, judged on the central Prometheus dsv4-xpyd-6 (its settings: the hosts' host_vars).
-ANALYSED = {"sglang_rollout_analysis": True}
+# The step analysis on, judged on the central Prometheus dsv4-xpyd-6 (its settings: the hosts' host_vars and the
+# lab's), in two rounds of which one may fail; the fault case's one round may not (each round is 15 s of the suite).
+ANALYSED = {"sglang_rollout_analysis": True, "sglang_rollout_canary_count": 2}
+ONE_ROUND = {**ANALYSED, "sglang_rollout_canary_count": 1, "sglang_rollout_canary_failure_limit": 0}
 # The analysis' first task, once the step's servers restarted and proved themselves.
 ANALYSIS_START = "Let the step's hosts serve before judging them (initial delay)"
 # The lab's KV transfer fault (roles/lab_hosts/files/sglang_lab_standin.py): the prefill start it names refuses
@@ -307,7 +309,7 @@ def test_a_kv_transfer_fault_on_one_prefill_fails_the_pools_analysis_and_rolls_t
     before = pool_state()
     client = under_load()
     hold = Hold(tmp_path, ANALYSIS_START)
-    run = pool_run({"sglang_genconfig_temperature": 0.74, **ANALYSED}, env=hold.env)
+    run = pool_run({"sglang_genconfig_temperature": 0.74, **ONE_ROUND}, env=hold.env)
     prefill = lab_host("dsv4-xpyd-5")
     try:
         hold.reached(run)
@@ -323,7 +325,7 @@ def test_a_kv_transfer_fault_on_one_prefill_fails_the_pools_analysis_and_rolls_t
     said = flat(out)
     assert out.returncode != 0
     assert "; analysis of pool pd-lab (through dsv4-xpyd-3) without latency comparison" in said, said[-4000:]
-    assert "step 1 (the canary) failed its analysis: dsv4-xpyd-3: " in said, said[-6000:]
+    assert "step 1 (the canary) failed its analysis: dsv4-xpyd-3: 1 of 1 rounds failed" in said, said[-6000:]
     assert re.search(r"[1-9][0-9]* PD bootstrap or KV transfer failure\(s\) on dsv4-xpyd-2", said), said[-6000:]
     for hostname in POOLED:
         assert f"{hostname} was rolled back to its state before this run" in said, hostname
@@ -366,13 +368,13 @@ def test_the_pools_sampling_change_under_load_through_the_balancer_passes_its_an
     # hosts, and its values hold the router's traffic and the decode's latency.
     # (Quotes escaped where the run printed its results as JSON.)
     rounds = re.findall(
-        r"analysis of dsv4-xpyd-3 \(its pool dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5\) round ([0-9])/3:"
+        r"analysis of dsv4-xpyd-3 \(its pool dsv4-xpyd-1, dsv4-xpyd-2, dsv4-xpyd-3, dsv4-xpyd-5\) round ([0-9])/2:"
         r' (ok|FAILED: .*?) (\{\\?"up_prefill\\?": [^}]*\})',
         said,
     )
-    assert [number for number, _verdict, _values in rounds] == ["1", "2", "3"], said[-6000:]
+    assert [number for number, _verdict, _values in rounds] == ["1", "2"], said[-6000:]
     passed = [json.loads(values.replace('\\"', '"')) for _n, verdict, values in rounds if verdict == "ok"]
-    assert len(passed) >= 2, rounds
+    assert len(passed) >= 1, rounds
     for values in passed:
         # Every host's own targets up; the router's traffic, the decode's latency, every server's defaults.
         assert [values[f"up_{target}"] for target in ("prefill", "decode", "router", "node")] == [1, 1, 1, 1]
