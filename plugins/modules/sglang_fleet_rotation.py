@@ -18,7 +18,7 @@ description:
     no module payload and no temporary file. As root, with C(sudo -n) where the play becomes and the connecting user
     is not root (another become method cannot be used, and the host is named).
   - At most O(workers) hosts are asked at once, each given O(host_timeout) seconds from when its own question
-    starts (never from the count's start): the count of N hosts is bounded by (ceil(N / O(workers)) + 1) x
+    starts (never from the count's start); the count of N hosts is bounded by (ceil(N / O(workers)) + 1) x
     O(host_timeout) seconds (returned as C(bound)), and a long queue counts no healthy host out.
   - A host that cannot be asked (unreachable, no answer within O(host_timeout) seconds of its question, an answer
     that is not the program's) is out of rotation, with why; one whose turn never came within the bound is "not
