@@ -36,6 +36,8 @@ def _weights(plan: dict[str, Any]) -> list[str]:
     weights = plan.get("weights")
     if not weights:
         return []
+    if weights.get("unreadable"):
+        return [f"weights: unknown ({weights['unreadable']})"]
     head = f"weights {weights['version']} ({weights['files']} weight files)"
     running = weights.get("running") or {}
     if running and set(running.values()) == {weights["version"]}:

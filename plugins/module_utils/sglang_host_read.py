@@ -149,20 +149,7 @@ READ_SPEC: dict[str, dict[str, Any]] = {
 
 
 def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The host's state and plan; `module` runs commands and fails the call, `params` are the read's options. Weights
-    that cannot be read whole fail it, naming the path: their version is unknown, never a definite one."""
-    try:
-        return _read(module, params)
-    except UnreadableWeightsError as error:
-        module.fail_json(
-            msg=f"{error}: the weights' version is unknown, so this host's plan cannot say whether its servers must"
-            " restart (a model reload) nor prove what they run. Nothing was changed. Mount the share or fix its"
-            " permissions (sglang_common_model_path), then run again."
-        )
-        raise  # fail_json exits; reached only with a module that does not
-
-
-def _read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The host's state and plan; `module` runs commands and fails the call, `params` are the read's options."""
     diffs: list[dict] = []
     changes: list[str] = []
     desired: dict[str, str | None] = {}
@@ -218,7 +205,7 @@ def _read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
             # Does it run from the files on disk: the inputs its start recorded (a restored unit may name
             # another set than this run's), each as it is on disk now.
             inputs = sorted(record["inputs"])
-        current = {path: input_digest(path) for path in inputs}
+        current = {path: known_digest(path) for path in inputs}
         wanted = {path: desired.get(path, current[path]) for path in inputs}
         entry = {
             "active": props.get("ActiveState", "unknown"),
@@ -261,7 +248,8 @@ def _read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
         proof = {"ran": True, "failures": failures}
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state, pool=params["pool_restart"])
 
-    errors = check_errors(params["checks"]) + release_errors
+    weights = plan_weights(params["checks"].get("model_path"), state, groups)
+    errors = check_errors(params["checks"]) + release_errors + ([weights["unreadable"]] if weights else [])
     if params["against"] == "desired":
         # How long this host's servers took to load at their last start (the plan's estimate of a restart).
         loads = [
@@ -272,7 +260,7 @@ def _read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
         plan["restart_seconds"] = max(loads) if loads and None not in loads else None
     plan["releases"] = releases
     plan["releases_found"] = releases_found(params["releases"])
-    plan["weights"] = plan_weights(params["checks"].get("model_path"), state, groups)
+    plan["weights"] = weights
     result = {
         # Read-only: "changed" only for --check, where it means "would change" (and lets --diff show the diffs).
         "changed": params["report_changes"] and not plan["empty"],
@@ -288,17 +276,37 @@ def _read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def known_digest(path: str) -> str | None:
+    """An input's digest now (module_utils/sglang_records.py); weights that cannot be read whole are unknown (None),
+    never a version, and the read's check errors name them (plan_weights)."""
+    try:
+        return input_digest(path)
+    except UnreadableWeightsError:
+        return None
+
+
 def plan_weights(model_path: str | None, state: dict[str, Any], groups: dict[str, str]) -> dict[str, Any] | None:
     """The weight version of the model directory's weights manifest now (what the servers' next start gets,
     module_utils/sglang_records.py), how many weight files it names, and the version each server's current start
     got (None: no record of one). A host that runs no server (an xPyD pool's router host) loads no weights: it has
-    no weight version, and its model directory may hold none."""
+    no weight version, and its model directory may hold none. Weights that cannot be read whole have no version
+    (None) and say why in `unreadable`, a check error of the read: the run stops before anything changes."""
     if not model_path or "servers" not in groups.values():
         return None
-    return {
-        **weights_now(model_path),
-        "running": {name: state[name]["weight_version"] for name, group in groups.items() if group == "servers"},
-    }
+    running = {name: state[name]["weight_version"] for name, group in groups.items() if group == "servers"}
+    try:
+        return {**weights_now(model_path), "running": running, "unreadable": ""}
+    except UnreadableWeightsError as error:
+        return {
+            "version": None,
+            "files": 0,
+            "running": running,
+            "unreadable": (
+                f"sglang_common_model_path={model_path}: {error}: the weights' version is unknown, so this host's"
+                " plan cannot say whether its servers must restart (a model reload) nor prove what they run. Mount"
+                " the share or fix its permissions, then run again"
+            ),
+        }
 
 
 def runs_astray(units: dict[str, dict[str, Any]]) -> list[str]:

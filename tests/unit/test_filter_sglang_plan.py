@@ -96,6 +96,11 @@ def test_the_table_says_which_weights_each_host_holds_and_which_its_servers_star
         "weights sha256:bbbb (61 weight files); started from: sglang-dsv4-decode unknown, sglang-dsv4-prefill"
         " sha256:aaaa" in lines
     )
+    # Weights that cannot be read have no version: the table says why, never a digest.
+    unknown = {"version": None, "files": 0, "running": running, "unreadable": "sglang_common_model_path=/m: gone"}
+    lines = " ".join(" ".join(f.sglang_plan_table([{"empty": False, "weights": unknown}], ["h"])).split())
+    assert "weights: unknown (sglang_common_model_path=/m: gone)" in lines
+    assert "sha256" not in lines.split("weights:")[1]
 
 
 def test_a_pool_hosts_plan_restarts_its_servers_with_the_pools_and_says_why():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
 from ansible_collections.dsv4.sglang.plugins.module_utils import (
     sglang_commands,
     sglang_host_checks,
@@ -139,25 +138,22 @@ def test_the_probe_reads_only_the_current_invocations_startup_line_and_names_wha
     assert mode is None and why.startswith("http://127.0.0.1:9/server_info answered nothing")
 
 
-def test_weights_that_cannot_be_read_fail_the_host_read_naming_the_path_and_a_router_host_reads_none(
-    tmp_path, monkeypatch
-):
-    """A server host's plan reads its weight version; a share not mounted fails the read (sglang_host_state and the
-    open's read alike), naming the path and the variable, before anything changes. A host that runs no server (a
-    pool's router host) loads no weights and reads none."""
+def test_weights_that_cannot_be_read_are_a_check_error_naming_the_path_and_a_router_host_reads_none(tmp_path):
+    """A server host's plan reads its weight version; a share not mounted makes it unknown: no version, a check error
+    of the read naming the variable and the path (beside the read's other checks: the run stops in its plan, before
+    anything changes), and the inputs' digest of the weights unknown (None), never the empty manifest's. A host that
+    runs no server (a pool's router host) loads no weights and reads none."""
     gone = str(tmp_path / "not-mounted")
-
-    class FailedError(Exception):
-        pass
-
-    class Fails(Module):
-        def fail_json(self, msg):
-            raise FailedError(msg)
-
-    with pytest.raises(state.UnreadableWeightsError, match="cannot be listed"):
-        state.plan_weights(gone, {}, {"sglang-dsv4-prefill": "servers", "sglang-dsv4-router": "router"})
+    servers = {"sglang-dsv4-prefill": "servers", "sglang-dsv4-router": "router"}
+    state_now = {"sglang-dsv4-prefill": {"weight_version": "sha256:0123456789abcdef"}}
+    weights = state.plan_weights(gone, state_now, servers)
+    assert weights["version"] is None and weights["files"] == 0
+    assert weights["unreadable"].startswith(f"sglang_common_model_path={gone}: the model directory {gone} cannot be")
+    assert "Mount the share or fix its permissions" in weights["unreadable"]
+    assert state.known_digest(f"weights:{gone}") is None
     assert state.plan_weights(gone, {}, {"sglang-dsv4-router": "router"}) is None
-    monkeypatch.setattr(state, "_read", lambda module, params: state.plan_weights(gone, {}, {"p": "servers"}))
-    said = r"not-mounted cannot be listed.*Nothing was changed.*sglang_common_model_path"
-    with pytest.raises(FailedError, match=said):
-        state.read(Fails(), {})
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w")
+    read = state.plan_weights(str(model), state_now, servers)
+    assert read["unreadable"] == "" and read["files"] == 1 and read["version"].startswith("sha256:")
