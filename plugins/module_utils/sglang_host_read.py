@@ -249,7 +249,7 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
         plan = decide(changes, statuses, groups, failures, facts=facts, details=state, pool=params["pool_restart"])
 
     weights = plan_weights(params["checks"].get("model_path"), state, groups)
-    errors = check_errors(params["checks"]) + release_errors + ([weights["unreadable"]] if weights else [])
+    errors = check_errors(params["checks"]) + release_errors + unreadable_weights(weights)
     if params["against"] == "desired":
         # How long this host's servers took to load at their last start (the plan's estimate of a restart).
         loads = [
@@ -274,6 +274,11 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     if diffs:
         result["diff"] = diffs
     return result
+
+
+def unreadable_weights(weights: dict[str, Any] | None) -> list[str]:
+    """The read's check error of weights that cannot be read whole (plan_weights), or none."""
+    return [weights["unreadable"]] if weights and weights.get("unreadable") else []
 
 
 def known_digest(path: str) -> str | None:

@@ -150,6 +150,7 @@ def test_weights_that_cannot_be_read_are_a_check_error_naming_the_path_and_a_rou
     assert weights["version"] is None and weights["files"] == 0
     assert weights["unreadable"].startswith(f"sglang_common_model_path={gone}: the model directory {gone} cannot be")
     assert "Mount the share or fix its permissions" in weights["unreadable"]
+    assert state.unreadable_weights(weights) == [weights["unreadable"]]
     assert state.known_digest(f"weights:{gone}") is None
     assert state.plan_weights(gone, {}, {"sglang-dsv4-router": "router"}) is None
     model = tmp_path / "model"
@@ -157,3 +158,5 @@ def test_weights_that_cannot_be_read_are_a_check_error_naming_the_path_and_a_rou
     (model / "model.safetensors").write_bytes(b"w")
     read = state.plan_weights(str(model), state_now, servers)
     assert read["unreadable"] == "" and read["files"] == 1 and read["version"].startswith("sha256:")
+    # Readable weights, and a host without servers, add no check error (not even an empty one).
+    assert state.unreadable_weights(read) == [] and state.unreadable_weights(None) == []
