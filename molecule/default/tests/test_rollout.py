@@ -267,12 +267,21 @@ def test_a_server_that_never_gets_ready_fails_the_run_within_one_start_timeout(h
     out = deploy("-v", "-e", json.dumps(never_ready))
     assert out.returncode != 0
     assert re.search(r"sglang-dsv4-(prefill|decode) did not start", text(out)), text(out)[-3000:]
-    waited = [float(w) for w in re.findall(r"\"?waited\"?: ([0-9.]+)", text(out))]
-    # Judged on what the restarts report having waited, not on the wall clock (which a loaded controller
-    # stretches): each wait is bounded by the 20 s start timeout plus the module's 15 s margin, and one start
-    # timeout ran out, not several (the rollback's restart, onto the old files, comes up well within it).
+    # Judged on what the restarts report, not on the wall clock (which a loaded controller stretches): exactly one
+    # restart's result says its start timeout ran out (the rollback's restart, onto the old files, comes up), and what
+    # it waited is bounded by the 20 s start timeout plus the module's 15 s margin. (A successful restart's total
+    # wait, drain and undrain included, is no evidence of a timeout: on a loaded machine it passed 20 s.)
+    results = re.split(r"\n(?=(?:fatal|failed|changed|ok): \[|\[ERROR\]|TASK \[|RUNNING HANDLER \[|PLAY )", text(out))
+    timed_out = [
+        block
+        for block in results
+        if block.startswith(("fatal", "failed"))
+        and re.search(r"did not start|not ready within the start timeout", block)
+        and re.search(r"\"?waited\"?: [0-9.]+", block)
+    ]
+    assert len(timed_out) == 1, timed_out
+    waited = [float(w) for w in re.findall(r"\"?waited\"?: ([0-9.]+)", timed_out[0])]
     assert waited and all(w <= 20 + 15 for w in waited), waited
-    assert len([w for w in waited if w >= 20]) == 1, waited
     assert "was rolled back to its state before this run" in text(out)
     assert not host.file(LOCK).exists
 
