@@ -71,7 +71,7 @@ collection() {
 # drift about 2530 s.
 # A fresh clone of fb46078 in these lanes (2026-12-07 evening; checks 160 s): traffic 2122, ee 263, monitoring 735
 # (lane 3120); failsafe 1960, interrupted 1086, then releases; default failed after 1530 s on a timing-dependent
-# assertion (fixed since), so its lane stopped, and xpyd (1034 s), fleet and drift ran after it in the same clone by
+# assertion (fixed since), so its lane stopped, and xpyd 1034, fleet 348 and drift 101 ran after it in the same clone by
 # hand, beside the other lanes. Every scenario ran 1.2x to 1.6x its morning time: the suite is over its 45 minutes
 # (about an hour), and making it cheaper again is open work (xpyd's six Prometheus scraping every 2 s run beside
 # every other lane for its whole length).
