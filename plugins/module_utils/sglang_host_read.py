@@ -26,8 +26,8 @@ from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_http import cal
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_plan import decide, unit_status
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_records import (
     UnreadableWeightsError,
-    input_digest,
     inputs_digest,
+    known_digest,
     weights_now,
 )
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_release import read_releases, releases_found
@@ -279,15 +279,6 @@ def read(module: Any, params: dict[str, Any]) -> dict[str, Any]:
 def unreadable_weights(weights: dict[str, Any] | None) -> list[str]:
     """The read's check error of weights that cannot be read whole (plan_weights), or none."""
     return [weights["unreadable"]] if weights and weights.get("unreadable") else []
-
-
-def known_digest(path: str) -> str | None:
-    """An input's digest now (module_utils/sglang_records.py); weights that cannot be read whole are unknown (None),
-    never a version, and the read's check errors name them (plan_weights)."""
-    try:
-        return input_digest(path)
-    except UnreadableWeightsError:
-        return None
 
 
 def plan_weights(model_path: str | None, state: dict[str, Any], groups: dict[str, str]) -> dict[str, Any] | None:

@@ -149,6 +149,15 @@ def input_digest(spec: str) -> str | None:
     return file_digest(spec)
 
 
+def known_digest(path: str) -> str | None:
+    """An input's digest now (input_digest); weights that cannot be read whole are unknown (None), never a version.
+    A start's record never holds None for its weights (record() refuses them), so an unknown never matches one."""
+    try:
+        return input_digest(path)
+    except UnreadableWeightsError:
+        return None
+
+
 def inputs_digest(digests: dict[str, str | None]) -> str:
     """One digest over a set of inputs (path -> file digest, None for absent), independent of order."""
     text = "".join(f"{path}\0{digests[path] or '-'}\n" for path in sorted(digests))
@@ -216,8 +225,5 @@ def runs_from_disk(record_path: str, invocation: str) -> bool:
     inputs = entry.get("inputs")
     if not isinstance(inputs, dict):
         return False
-    try:
-        return entry.get("digest") == inputs_digest({path: input_digest(path) for path in inputs})
-    except UnreadableWeightsError:
-        # Its weights cannot be read now: that it runs from the files on disk is not known, so it is not said.
-        return False
+    # Weights that cannot be read now have no digest (known_digest): that it runs from them is not said.
+    return entry.get("digest") == inputs_digest({path: known_digest(path) for path in inputs})

@@ -25,6 +25,7 @@ import math
 import re
 from typing import Any
 
+from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_canary import SERVICES
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_rotation import DRAINED_SERVING
 
 PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
@@ -33,10 +34,6 @@ COUNT = re.compile(r"^[0-9]+$")
 # The whys of a host the count could not ask (sglang_fleet_rotation's, and out_of_rotation's own): what it serves is
 # unknown, never known to be out.
 UNKNOWN = ("cannot be asked", "cannot be reached", "did not answer", "not in the inventory", "not asked", "failed in")
-
-
-# The services a host of its own runs (a pool's hosts run those their topology names: settings["pool_services"]).
-SERVICES = ("prefill", "decode", "router")
 
 
 def unknown(why: Any) -> bool:
