@@ -1,6 +1,7 @@
 """The CPU a sampling change costs, by how Ansible reaches the hosts: without pipelining and without the preload
-(molecule's own ansible.cfg, before .config/molecule/config.yml set them), pipelining only, and the repository's
-ansible.cfg (pipelining and the dsv4.sglang.sglang_preload callback).
+(molecule's own ansible.cfg, before .config/molecule/config.yml set them), pipelining only, the preload without its
+heap freeze (DSV4_SGLANG_PRELOAD_FREEZE_HEAP=0), and the repository's ansible.cfg (pipelining and the
+dsv4.sglang.sglang_preload callback).
 
 Runs against the lab inventory's first host (boot it with `make deploy`), alternating the settings run by run, each
 run a sampling change (a new temperature, then back to the inventory's). CPU is the whole machine's, from
@@ -32,6 +33,7 @@ SETTINGS = {
         "ANSIBLE_CONFIG": NO_PRELOAD,
     },
     "pipelining": {"ANSIBLE_PIPELINING": "1", "ANSIBLE_CONFIG": NO_PRELOAD},
+    "pipelining and the preload, its heap freeze off": {"DSV4_SGLANG_PRELOAD_FREEZE_HEAP": "0"},
     "pipelining and the preload (the repository's ansible.cfg)": {},
 }
 

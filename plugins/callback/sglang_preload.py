@@ -10,7 +10,11 @@
   module_utils and of every folder Ansible takes module_utils from), and put into the next run's cache before its
   first task. A change of any of those files is a new key: no payload is sent from sources other than those on disk;
 - the Python code Jinja compiles each template string to is kept between the workers of a run and between runs
-  (plugins/plugin_utils/sglang_template_cache.py): Ansible compiles every template a task uses again in each worker.
+  (plugins/plugin_utils/sglang_template_cache.py): Ansible compiles every template a task uses again in each worker;
+- the main process's heap is frozen (gc.freeze) before each task forks its workers: a worker's garbage collections
+  then never walk, and so never write to, the objects it inherited, which it would otherwise copy page by page
+  (copy-on-write) on its way to its first result. Each play starts with one full collection, so that what a play
+  left unreachable is freed, not kept for the whole run.
 
 bench/cpu.py measures what a deploy run saves (BENCHMARKS.md, "A run's CPU"). It changes nothing a run does or prints.
 """
@@ -35,13 +39,29 @@ description:
     key of the string and of everything that changes its code (the environment's settings, Ansible's backslash
     escaping; Ansible's, Jinja's and Python's versions name the folder), since Ansible compiles every template a task
     uses again in each worker it forks. Only files of the user's own that no one else may write are ever loaded.
+  - Freezes the main process's heap (Python's C(gc.freeze)) as each task starts, so that the workers it forks do not
+    copy the pages of the objects they inherit when their garbage collector walks them; each play starts with one
+    full collection, so nothing a play left unreachable is kept for the whole run.
   - Changes nothing a run does or prints; only the controller's CPU time.
+options:
+  freeze_heap:
+    description:
+      - Freeze the main process's heap before each task forks its workers (and collect it once as each play starts).
+      - Off only to measure what it saves (C(bench/cpu.py)).
+    type: bool
+    default: true
+    env:
+      - name: DSV4_SGLANG_PRELOAD_FREEZE_HEAP
+    ini:
+      - section: callback_sglang_preload
+        key: freeze_heap
 requirements:
   - enabled with C(callbacks_enabled = dsv4.sglang.sglang_preload) in C(ansible.cfg), or
     C(ANSIBLE_CALLBACKS_ENABLED=dsv4.sglang.sglang_preload)
 """
 
-import hashlib  # noqa: E402 (the sanity test wants the documentation first)
+import gc  # noqa: E402 (the sanity test wants the documentation first)
+import hashlib  # noqa: E402
 import os  # noqa: E402
 import pathlib  # noqa: E402
 import sys  # noqa: E402
@@ -110,8 +130,10 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._store: pathlib.Path | None = None
+        self._freeze = False
 
     def v2_playbook_on_start(self, playbook):
+        self._freeze = bool(self.get_option("freeze_heap"))
         # One name loads every file of its kind: Ansible's own filters and tests all at once, this collection's
         # filters one file per documented filter.
         names = [(filter_loader, "ansible.builtin.to_json"), (test_loader, "ansible.builtin.match")]
@@ -131,6 +153,20 @@ class CallbackModule(CallbackBase):
             self._display.vvv(f"sglang_preload: compiled templates kept in {store}")
         except Exception as exc:  # without it, every worker compiles its templates as Ansible always does
             self._display.vvv(f"sglang_preload: compiled templates not kept: {exc}")
+
+    def v2_playbook_on_play_start(self, play):
+        if self._freeze:
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        if self._freeze:
+            gc.freeze()
+
+    def v2_playbook_on_handler_task_start(self, task):
+        if self._freeze:
+            gc.freeze()
 
     def v2_playbook_on_stats(self, stats):
         try:
