@@ -78,6 +78,14 @@ collection() {
 # Every scenario must be in exactly one lane; monitoring runs last in its lane,
 # so the second controller's tree is built long before.
 LANES=("traffic ee monitoring" "failsafe interrupted releases" "default xpyd fleet drift")
+# Molecule's phase lines (INFO [scenario > phase] ...) with the seconds since the scenario started, so that a lane's
+# log says where its time went (create, converge, idempotence, verify); every other line as it came.
+stamp() {
+  local line
+  while IFS= read -r line; do
+    if [[ $line == INFO* ]]; then printf '%s [%d s]\n' "$line" "$((SECONDS - $1))"; else printf '%s\n' "$line"; fi
+  done
+}
 run_molecule() {
   echo "== molecule"
   local scenario lane listed=" ${LANES[*]} " logs pids=() failed=0
@@ -90,7 +98,7 @@ run_molecule() {
     (
       for scenario in ${LANES[$lane]}; do
         started=$SECONDS
-        molecule test -s "$scenario" || { echo "== molecule $scenario: FAILED after $((SECONDS - started)) s"; exit 1; }
+        molecule test -s "$scenario" 2>&1 | stamp "$started" || { echo "== molecule $scenario: FAILED after $((SECONDS - started)) s"; exit 1; }
         echo "== molecule $scenario: $((SECONDS - started)) s"
       done
     ) >"$logs/lane-$lane.log" 2>&1 &
