@@ -133,7 +133,10 @@ class CallbackModule(CallbackBase):
         self._freeze = False
 
     def v2_playbook_on_start(self, playbook):
-        self._freeze = bool(self.get_option("freeze_heap"))
+        try:
+            self._freeze = bool(self.get_option("freeze_heap"))
+        except KeyError:  # options never loaded (the plugin made outside Ansible's loader): the documented default
+            self._freeze = True
         # One name loads every file of its kind: Ansible's own filters and tests all at once, this collection's
         # filters one file per documented filter.
         names = [(filter_loader, "ansible.builtin.to_json"), (test_loader, "ansible.builtin.match")]

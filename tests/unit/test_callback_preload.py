@@ -204,3 +204,37 @@ def test_payloads_are_never_taken_from_a_folder_or_file_another_account_could_ha
     (cache / PAYLOAD).write_bytes(b"payload")
     run.v2_playbook_on_stats(None)
     assert (store / PAYLOAD).read_bytes() == b"writable by others"
+
+
+@pytest.mark.parametrize("option", [None, True, False])
+def test_the_heap_is_frozen_as_each_task_starts_and_collected_once_per_play_unless_the_option_is_off(
+    option, monkeypatch
+):
+    import gc
+
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(a) or 0)
+    from ansible import constants
+
+    run = preload.CallbackModule()
+    if option is not None:  # its name and options as Ansible's loader registers them (its documentation), then set
+        run._load_name = "dsv4.sglang.sglang_preload"
+        options = yaml.safe_load(preload.DOCUMENTATION)["options"]
+        constants.config.initialize_plugin_configuration_definitions("callback", run._load_name, options)
+        run.set_options(direct={"freeze_heap": option})
+    # else: made by hand, its options never loaded: the documented default
+    monkeypatch.setattr(preload.CallbackModule, "_restore_payloads", lambda self: None)
+    gc.unfreeze()
+    try:
+        run.v2_playbook_on_start(None)
+        collected.clear()
+        run.v2_playbook_on_play_start(None)
+        assert len(collected) == (0 if option is False else 1)
+        gc.unfreeze()
+        run.v2_playbook_on_task_start(None, False)
+        assert (gc.get_freeze_count() > 0) == (option is not False)
+        gc.unfreeze()
+        run.v2_playbook_on_handler_task_start(None)
+        assert (gc.get_freeze_count() > 0) == (option is not False)
+    finally:
+        gc.unfreeze()
