@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import labtools
@@ -97,6 +98,106 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
     assert counted["lost"] == 0 and counted["ok"] >= 4 * RATE, counted
     stats = balancer_stats()
     assert set(stats) == set(HOSTS) and all(row["status"] == "UP" for row in stats.values()), stats
+
+
+# Two runs at once on the two halves of the fleet, each a sampling change of its own, with room for one host out.
+HALVES = {"dsv4-traf-1,dsv4-traf-2": 0.75, "dsv4-traf-3,dsv4-traf-4": 0.8}
+ONE_OUT = {"sglang_rollout_max_unavailable": 1, "sglang_rollout_steps": [1], "sglang_rollout_analysis": False}
+# The step reservations live on the inventory's first serving host (sglang_rollout_reservation_host's default).
+RESERVATIONS = "/run/sglang-dsv4-reservations.json"
+# The task where a step counts, chooses and reserves (playbooks/tasks/step.yml).
+CHOICE = "TASK [Count the inventory's hosts out of rotation and the other runs' reserved ones"
+
+
+def text_of(run) -> str:
+    return "".join(labtools.printed(run))
+
+
+def router_ports() -> dict[str, int]:
+    return {
+        name: int(re.search(r"--port (\d+)", lab_host(name).check_output("systemctl cat sglang-dsv4-router")).group(1))
+        for name in HOSTS
+    }
+
+
+def two_runs_at_once(hosts: dict, tmp_path) -> dict:
+    """The first half's run held right after its step's reservation until the second half's run waits at its own
+    choice, then both to their end: what each printed, by its --limit."""
+    first, second = HALVES.items()
+    hold = Hold(tmp_path / "first", "Print this step")
+    first_settings = {**ONE_OUT, "sglang_genconfig_temperature": first[1]}
+    first_run = labtools.start("deploy.yml", "--limit", first[0], "-e", json.dumps(first_settings), env=hold.env)
+    second_run, waiting = None, ""
+    try:
+        hold.reached(first_run)
+        held = json.loads(hosts["dsv4-traf-1"].file(RESERVATIONS).content_string)
+        assert [(e["hosts"], e["step"]) for e in held["entries"]] == [(["dsv4-traf-1"], 1)], held
+        second_settings = {**ONE_OUT, "sglang_genconfig_temperature": second[1], "sglang_rollout_reservation_poll": 1}
+        # Unbuffered: what it printed so far says where it is.
+        second_run = labtools.start(
+            "deploy.yml", "--limit", second[0], "-e", json.dumps(second_settings), env={"PYTHONUNBUFFERED": "1"}
+        )
+        # The second run gets to its step's choice, and waits there: the first run holds the one place.
+        deadline = time.monotonic() + 600
+        while CHOICE not in waiting:
+            assert second_run.poll() is None, text_of(second_run)[-3000:]
+            assert time.monotonic() < deadline, "the second run never reached its step's choice"
+            time.sleep(0.5)
+            waiting = labtools.printed(second_run)[0]
+        time.sleep(3)
+        waiting = labtools.printed(second_run)[0].split(CHOICE, 1)[1]
+        assert second_run.poll() is None and "TASK [Print this step]" not in waiting, waiting[-3000:]
+    finally:
+        hold.release()
+        outs = {first[0]: labtools.finish(first_run, timeout=ROLLOUT_TIMEOUT)}
+        if second_run is not None:
+            outs[second[0]] = labtools.finish(second_run, timeout=ROLLOUT_TIMEOUT)
+    return outs
+
+
+def test_two_runs_on_the_two_halves_never_take_two_hosts_out_at_once_and_both_finish(tmp_path):
+    """Two runs started together on disjoint --limits of the four hosts, the guard at one host out: the first run's
+    chosen host is reserved fleet-wide before its drain, so the second run's guard counts it as out and waits for
+    it (not luck: the first run is held right after its reservation until the second is at its own). Every router's
+    /readiness, sampled every 0.2 s, never shows two hosts out at once; both runs finish; each half holds its own
+    run's change and nothing of the other's. The hosts are left so (the rollout below changes all four again)."""
+    hosts = {name: lab_host(name) for name in HOSTS}
+    ports, samples, stop = router_ports(), [], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.monotonic(), {name: readiness(port) for name, port in ports.items()}))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        outs = two_runs_at_once(hosts, tmp_path)
+    finally:
+        stop.set()
+        sampler.join()
+    for limit, out in outs.items():
+        assert out.returncode == 0, f"{limit}: {text(out)[-4000:]}"
+    # The second run said whom it waited for; the runs took turns host by host.
+    said = flat(outs[list(HALVES)[1]])
+    waited = r"waited [0-9.]+ s for room other runs held \(runs [0-9]{8}T[0-9]{6}Z-[0-9]+\)"
+    assert re.search(waited, said), said[-4000:]
+    # Judged on the routers: never two hosts out at once, and every host seen out in its step (the sampler reads).
+    out_at = [(when, sorted(n for n, code in codes.items() if code != 200)) for when, codes in samples]
+    assert len(samples) > 50, len(samples)
+    assert max(len(out) for _when, out in out_at) <= 1, [o for o in out_at if len(o[1]) > 1][:10]
+    assert {n for _when, out in out_at for n in out} == set(HOSTS), out_at[-20:]
+    # Each half holds its own run's change and none of the other's; every service runs from its files.
+    for limit, temperature in HALVES.items():
+        for name in limit.split(","):
+            state = host_state(hosts[name])
+            assert runs_from_disk(state) == [], name
+            assert {(state["units"][u]["logged"] or {}).get("temperature") for u in ("prefill", "decode")} == {
+                temperature
+            }, name
+    # Every place was given back.
+    left = json.loads(hosts["dsv4-traf-1"].file(RESERVATIONS).content_string)
+    assert [e for e in left["entries"] if e["until"] > time.time()] == [], left
 
 
 def test_a_rollout_across_four_hosts_under_load_loses_no_request_and_cuts_no_stream(rollout):
