@@ -126,8 +126,12 @@ def view(data: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 def read(path: str, now: float | None = None) -> dict[str, Any]:
-    with serialized(path):
-        return view(load(path), time.time() if now is None else now)
+    """The reservations as they are now. No lock and no write (check mode too): every write replaces the file in one
+    rename, so a read sees one version whole; the compare-and-set of reserve() decides under the lock."""
+    why = _unsafe(path)
+    if why:
+        raise ReservationError(f"the step reservations {path}: {why}")
+    return view(load(path), time.time() if now is None else now)
 
 
 def reserve(

@@ -18,8 +18,9 @@ def path(tmp_path):
     return str(tmp_path / "reservations.json")
 
 
-def test_no_file_is_version_zero_with_no_entries(path):
+def test_no_file_is_version_zero_with_no_entries_and_a_read_writes_nothing(path, tmp_path):
     assert res.read(path, now=100.0) == {"version": 0, "entries": [], "now": 100.0}
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_run_reserves_only_on_the_version_its_choice_read(path):

@@ -102,7 +102,12 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
 
 # Two runs at once on the two halves of the fleet, each a sampling change of its own, with room for one host out.
 HALVES = {"dsv4-traf-1,dsv4-traf-2": 0.75, "dsv4-traf-3,dsv4-traf-4": 0.8}
-ONE_OUT = {"sglang_rollout_max_unavailable": 1, "sglang_rollout_steps": [1], "sglang_rollout_analysis": False}
+ONE_OUT = {
+    "sglang_rollout_max_unavailable": 1,
+    "sglang_rollout_steps": [1],
+    "sglang_rollout_analysis": False,
+    "sglang_rollout_reservation_poll": 1,
+}
 # The step reservations live on the inventory's first serving host (sglang_rollout_reservation_host's default).
 RESERVATIONS = "/run/sglang-dsv4-reservations.json"
 # The task where a step counts, chooses and reserves (playbooks/tasks/step.yml).
@@ -132,7 +137,7 @@ def two_runs_at_once(hosts: dict, tmp_path) -> dict:
         hold.reached(first_run)
         held = json.loads(hosts["dsv4-traf-1"].file(RESERVATIONS).content_string)
         assert [(e["hosts"], e["step"]) for e in held["entries"]] == [(["dsv4-traf-1"], 1)], held
-        second_settings = {**ONE_OUT, "sglang_genconfig_temperature": second[1], "sglang_rollout_reservation_poll": 1}
+        second_settings = {**ONE_OUT, "sglang_genconfig_temperature": second[1]}
         # Unbuffered: what it printed so far says where it is.
         second_run = labtools.start(
             "deploy.yml", "--limit", second[0], "-e", json.dumps(second_settings), env={"PYTHONUNBUFFERED": "1"}
