@@ -16,6 +16,7 @@ other reason it stops at once, as the guard always did. In check mode nothing is
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -67,35 +68,40 @@ def choose_and_reserve(
 
     `count` is the fleet's count now (host -> why out), `read` the reservations' view, `reserve(hosts, version)` the
     compare-and-set, `choose(unavailable)` the step from it. A step the other runs' reservations leave no room for
-    waits (at most `wait` s, looking every `poll` s, counting again each time); one with no room without them stops.
-    The entries of `dead_runs` (runs whose lock this run breaks) hold nothing.
+    waits, at most `wait` s: it reads the reservations every `poll` s and counts the fleet and chooses again once they
+    changed (another run gave hosts back, or took more); one with no room without them stops at once. The entries of
+    `dead_runs` (runs whose lock this run breaks) hold nothing.
     """
-    started, tries, waited_for = clock(), 0, []
+    started, tries, waited_for, held = clock(), 0, [], None
+
+    def guarded(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return call()
+        except Exception as error:  # cannot read or write them: the step changes nothing, and says the guard's count
+            raise StepReservationError(str(error), choose(counted or {})["line"]) from None
+
+    def ended(found: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+        return {**found, "step": step, "reserved": False, "waited": round(clock() - started, 1)}
+
     while True:
         tries += 1
         counted = count() if counted is None else counted
-        try:
-            held = read()
-        except Exception as error:
-            raise StepReservationError(str(error), choose(counted)["line"]) from None
+        held = guarded(read) if held is None else held
         others = reserved_by_others(held["entries"], run, dead_runs)
         unavailable = merged(counted, others)
         step = choose(unavailable)
         found = {"unavailable": unavailable, "version": held["version"], "entries": held["entries"], "tries": tries}
         if step["hosts"]:
             if check:
-                return {**found, "step": step, "reserved": False, "waited": round(clock() - started, 1)}
-            try:
-                done = reserve(step["hosts"], held["version"])
-            except Exception as error:
-                raise StepReservationError(str(error), choose(counted)["line"]) from None
+                return ended(found, step)
+            done = guarded(functools.partial(reserve, step["hosts"], held["version"]))
             if done["reserved"]:
                 waited = round(clock() - started, 1)
                 if waited_for:
-                    step["line"] += f"; waited {waited:g} s for room other runs held ({'; '.join(waited_for[-1:])})"
+                    step["line"] += f"; waited {waited:g} s for room other runs held ({waited_for[-1]})"
                 return {**found, "step": step, "reserved": True, "version": done["version"], "waited": waited}
             # Another run wrote between this read and this write: its hosts may be in now; read and count again.
-            counted = None
+            counted, held = None, None
             if clock() - started < wait:
                 continue
             step["hosts"] = []
@@ -104,23 +110,29 @@ def choose_and_reserve(
                 " (sglang_rollout_reservation_wait): other runs reserved each time this one chose. The rollout stops"
                 " before this step; run again once the other runs' steps are done."
             )
-            return {**found, "step": step, "reserved": False, "waited": round(clock() - started, 1)}
+            return ended(found, step)
         held_by = sorted({entry["run"] for entry in held["entries"] if entry["run"] != run} - set(dead_runs))
         if not held_by:
-            return {**found, "step": step, "reserved": False, "waited": round(clock() - started, 1)}
+            return ended(found, step)
         alone = {host: why for host, why in counted.items() if host not in others}
         if not choose(alone)["hosts"]:  # no room even without the other runs' hosts: they are not why
-            return {**found, "step": step, "reserved": False, "waited": round(clock() - started, 1)}
-        waited = clock() - started
-        if waited >= wait:
+            return ended(found, step)
+        if clock() - started >= wait:
             step["line"] += (
-                f" Waited {waited:.0f} s (sglang_rollout_reservation_wait={wait:g}) for the hosts other runs reserved"
-                f" (runs {', '.join(held_by)}) to come back."
+                f" Waited {clock() - started:.0f} s (sglang_rollout_reservation_wait={wait:g}) for the hosts other runs"
+                f" reserved (runs {', '.join(held_by)}) to come back."
             )
-            return {**found, "step": step, "reserved": False, "waited": round(waited, 1)}
+            return ended(found, step)
         waited_for.append(f"runs {', '.join(held_by)}")
-        sleep(min(poll, max(0.0, wait - waited)))
-        counted = None
+        # Until the reservations change (nothing else can make room: without them there is room) or the wait ends.
+        version = held["version"]
+        while True:
+            sleep(min(poll, max(0.0, wait - (clock() - started))))
+            held = guarded(read)
+            if held["version"] != version or clock() - started >= wait:
+                break
+        if held["version"] != version:
+            counted = None
 
 
 class ActionModule(RotationAction):

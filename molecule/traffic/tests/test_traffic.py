@@ -100,8 +100,9 @@ def test_the_balancer_spreads_steady_load_over_every_router_and_loses_nothing():
     assert set(stats) == set(HOSTS) and all(row["status"] == "UP" for row in stats.values()), stats
 
 
-# Two runs at once on the two halves of the fleet, each a sampling change of its own, with room for one host out.
-HALVES = {"dsv4-traf-1,dsv4-traf-2": 0.75, "dsv4-traf-3,dsv4-traf-4": 0.8}
+# Two runs at once on the two halves of the fleet, each a sampling change of its own (the second value where the
+# half already holds the first: a test run again), with room for one host out.
+HALVES = {"dsv4-traf-1,dsv4-traf-2": (0.75, 0.76), "dsv4-traf-3,dsv4-traf-4": (0.8, 0.81)}
 ONE_OUT = {
     "sglang_rollout_max_unavailable": 1,
     "sglang_rollout_steps": [1],
@@ -125,10 +126,19 @@ def router_ports() -> dict[str, int]:
     }
 
 
-def two_runs_at_once(hosts: dict, tmp_path) -> dict:
+def changes() -> dict[str, float]:
+    """Each half's new temperature: one its first host does not hold yet."""
+    found = {}
+    for limit, (one, other) in HALVES.items():
+        state = host_state(lab_host(limit.split(",")[0]))
+        found[limit] = other if (state["units"]["prefill"]["logged"] or {}).get("temperature") == one else one
+    return found
+
+
+def two_runs_at_once(hosts: dict, tmp_path, temperatures: dict[str, float]) -> dict:
     """The first half's run held right after its step's reservation until the second half's run waits at its own
     choice, then both to their end: what each printed, by its --limit."""
-    first, second = HALVES.items()
+    first, second = temperatures.items()
     hold = Hold(tmp_path / "first", "Print this step")
     first_settings = {**ONE_OUT, "sglang_genconfig_temperature": first[1]}
     first_run = labtools.start("deploy.yml", "--limit", first[0], "-e", json.dumps(first_settings), env=hold.env)
@@ -167,7 +177,7 @@ def test_two_runs_on_the_two_halves_never_take_two_hosts_out_at_once_and_both_fi
     /readiness, sampled every 0.2 s, never shows two hosts out at once; both runs finish; each half holds its own
     run's change and nothing of the other's. The hosts are left so (the rollout below changes all four again)."""
     hosts = {name: lab_host(name) for name in HOSTS}
-    ports, samples, stop = router_ports(), [], threading.Event()
+    ports, samples, stop, temperatures = router_ports(), [], threading.Event(), changes()
 
     def sample() -> None:
         while not stop.is_set():
@@ -177,7 +187,7 @@ def test_two_runs_on_the_two_halves_never_take_two_hosts_out_at_once_and_both_fi
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        outs = two_runs_at_once(hosts, tmp_path)
+        outs = two_runs_at_once(hosts, tmp_path, temperatures)
     finally:
         stop.set()
         sampler.join()
@@ -193,7 +203,7 @@ def test_two_runs_on_the_two_halves_never_take_two_hosts_out_at_once_and_both_fi
     assert max(len(out) for _when, out in out_at) <= 1, [o for o in out_at if len(o[1]) > 1][:10]
     assert {n for _when, out in out_at for n in out} == set(HOSTS), out_at[-20:]
     # Each half holds its own run's change and none of the other's; every service runs from its files.
-    for limit, temperature in HALVES.items():
+    for limit, temperature in temperatures.items():
         for name in limit.split(","):
             state = host_state(hosts[name])
             assert runs_from_disk(state) == [], name
