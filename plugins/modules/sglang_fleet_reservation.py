@@ -13,7 +13,7 @@ description:
     different C(--limit)s can never together take more of the fleet out than C(sglang_rollout_max_unavailable).
   - C(read) returns the live entries (a lease that ended is no reservation) and the file's version.
   - C(reserved) adds this run's entry for its step, only if the file is still at O(version) (the one the step's
-    choice read): a compare-and-set, so two runs never both choose on the same view. C(reserved) is false when
+    choice read), a compare-and-set, so two runs never both choose on the same view. C(reserved) is false when
     another run changed the reservations in between; nothing is written then.
   - C(released) takes O(hosts) (every host of the run when empty) out of this run's entries.
   - The file is a regular file directly under C(/run) (only root can create anything there), written atomically

@@ -15,7 +15,7 @@ description:
     its choice read. Another run that reserved in between makes it read, count and choose again; so two runs on
     different C(--limit)s never together take more of the fleet out than the guard allows.
   - A step that the other runs' reserved hosts leave no room for waits for them, counting again every
-    O(reservation.poll) seconds, at most O(reservation.wait) seconds; a step with no room without them stops at
+    C(reservation.poll) seconds, at most C(reservation.wait) seconds; a step with no room without them stops at
     once (its line says why), as the guard always did.
   - In check mode it counts, reads and chooses, and reserves nothing.
   - An action plugin; the module itself runs nowhere.

@@ -130,7 +130,7 @@ def changes() -> dict[str, float]:
     """Each half's new temperature: one its first host does not hold yet."""
     found = {}
     for limit, (one, other) in HALVES.items():
-        state = host_state(lab_host(limit.split(",")[0]))
+        state = host_state(lab_host(limit.split(",", maxsplit=1)[0]))
         found[limit] = other if (state["units"]["prefill"]["logged"] or {}).get("temperature") == one else one
     return found
 
