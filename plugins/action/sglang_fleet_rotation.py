@@ -162,6 +162,19 @@ class ActionModule(ActionBase):
         _spec, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         hostvars = (task_vars or {}).get("hostvars", {})
         started = time.monotonic()
+        answers, prepared = self._count(hostvars, args)
+        result.update(
+            changed=False,
+            hosts=answers,
+            seconds=round(time.monotonic() - started, 3),
+            prepared=round(prepared, 3),
+            bound=bound(len(args["hosts"]), args["workers"], args["host_timeout"]),
+        )
+        return result
+
+    def _count(self, hostvars: Any, args: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], float]:
+        """Every host's answer (count_all), and the seconds spent making their connections and commands."""
+        started = time.monotonic()
         # Each host's connection and command are made here, in the worker's own thread, where Ansible templates
         # variables; the threads only run them.
         calls = {host: self._prepare(host, hostvars, args) for host in args["hosts"]}
@@ -175,15 +188,7 @@ class ActionModule(ActionBase):
             except Exception as error:
                 return unavailable(f"cannot be reached: {error}")
 
-        answers = count_all(args["hosts"], ask, args["workers"], args["host_timeout"])
-        result.update(
-            changed=False,
-            hosts=answers,
-            seconds=round(time.monotonic() - started, 3),
-            prepared=round(prepared, 3),
-            bound=bound(len(args["hosts"]), args["workers"], args["host_timeout"]),
-        )
-        return result
+        return count_all(args["hosts"], ask, args["workers"], args["host_timeout"]), prepared
 
     def _prepare(self, host: str, hostvars: Any, args: dict[str, Any]) -> tuple | dict[str, Any]:
         """(connection, command, program) for one host, or its answer when it cannot be asked."""

@@ -24,7 +24,6 @@ from typing import Any
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.dsv4.sglang.plugins.action.sglang_fleet_rotation import ActionModule as RotationAction
-from ansible_collections.dsv4.sglang.plugins.action.sglang_fleet_rotation import count_all, run_call, unavailable
 from ansible_collections.dsv4.sglang.plugins.module_utils import sglang_steps
 from ansible_collections.dsv4.sglang.plugins.module_utils.sglang_reservation import reserved_by_others
 from ansible_collections.dsv4.sglang.plugins.modules.sglang_fleet_rotation import ARGUMENT_SPEC as COUNT_SPEC
@@ -154,21 +153,9 @@ class ActionModule(RotationAction):
             result.update(failed=True, msg=f"sglang_step_reservation: count: {'; '.join(checked.error_messages)}")
             return result
         counting = checked.validated_parameters
-        calls: dict[str, Any] = {}
 
         def count() -> dict[str, str]:
-            calls.clear()
-            calls.update({host: self._prepare(host, hostvars, counting) for host in counting["hosts"]})
-
-            def ask(host: str) -> dict[str, Any]:
-                if isinstance(calls[host], dict):
-                    return calls[host]
-                try:
-                    return run_call(*calls[host])
-                except Exception as error:
-                    return unavailable(f"cannot be reached: {error}")
-
-            answers = count_all(counting["hosts"], ask, counting["workers"], counting["host_timeout"])
+            answers, _prepared = self._count(hostvars, counting)
             return sglang_steps.out_of_rotation(choice["inventory"], answers, args["run_hosts"], args["alive"])
 
         def call(state: str, **extra: Any) -> dict[str, Any]:
